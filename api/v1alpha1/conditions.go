@@ -1,0 +1,43 @@
+package v1alpha1
+
+// Condition types shared by the kinds of this group (kstatus-style).
+const (
+	// ConditionReady says the object has reached its desired state.
+	ConditionReady = "Ready"
+	// ConditionReconciling says work toward the desired state is in progress.
+	ConditionReconciling = "Reconciling"
+	// ConditionStalled says progress stopped on a problem that needs a person.
+	ConditionStalled = "Stalled"
+
+	// ConditionReachable (MemberCluster) says the member's API server answered.
+	ConditionReachable = "Reachable"
+
+	// ConditionProgressing (Rollout) says clusters are being changed.
+	ConditionProgressing = "Progressing"
+	// ConditionRolledBack (Rollout) says changed clusters were returned to the previous release.
+	ConditionRolledBack = "RolledBack"
+
+	// ConditionVerified (Snapshot) says the stored payload matches its checksum.
+	ConditionVerified = "Verified"
+)
+
+// Condition reasons.
+const (
+	ReasonSucceeded          = "Succeeded"
+	ReasonProgressing        = "Progressing"
+	ReasonConnected          = "Connected"
+	ReasonKubeconfigInvalid  = "KubeconfigInvalid"
+	ReasonSecretNotFound     = "KubeconfigSecretNotFound"
+	ReasonUnreachable        = "Unreachable"
+	ReasonStored             = "Stored"
+	ReasonHealthGateFailed   = "HealthGateFailed"
+	ReasonPrecheckFailed     = "PrecheckFailed"
+	ReasonRetriesExhausted   = "RetriesExhausted"
+	ReasonManualRollback     = "ManualRollback"
+	ReasonAutomaticRollback  = "AutomaticRollback"
+	ReasonPaused             = "Paused"
+	ReasonAwaitingApproval   = "AwaitingApproval"
+	ReasonReleaseNotFound    = "ReleaseNotFound"
+	ReasonChecksumMismatch   = "ChecksumMismatch"
+	ReasonPayloadUnavailable = "PayloadUnavailable"
+)

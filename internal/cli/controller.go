@@ -1,0 +1,43 @@
+package cli
+
+import (
+	"github.com/spf13/cobra"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/rewind-dev/rewind/internal/controller"
+)
+
+func newControllerCommand() *cobra.Command {
+	var o controller.Options
+	var kubeconfig, kubeContext string
+	var devLog bool
+	cmd := &cobra.Command{
+		Use:   "controller",
+		Short: "Run the rewind manager (the reconcilers) against a hub cluster",
+		Example: `  # out of cluster, against a hub given by a kubeconfig
+  rewind controller --kubeconfig ~/.kube/hub.yaml --leader-elect`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctrl.SetLogger(zap.New(zap.UseDevMode(devLog), zap.WriteTo(cmd.ErrOrStderr())))
+			cfg, err := restConfig(kubeconfig, kubeContext)
+			if err != nil {
+				return err
+			}
+			mgr, err := controller.NewManager(cfg, o)
+			if err != nil {
+				return err
+			}
+			return mgr.Start(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the hub cluster (default: $KUBECONFIG, ~/.kube/config or in-cluster)")
+	f.StringVar(&kubeContext, "context", "", "kubeconfig context to use")
+	f.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint; 0 disables it")
+	f.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	f.BoolVar(&o.LeaderElection, "leader-elect", false, "elect a leader so that only one replica reconciles")
+	f.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader-election lease (default rewind-system)")
+	f.BoolVar(&devLog, "dev-log", false, "human-readable logs instead of JSON")
+	return cmd
+}

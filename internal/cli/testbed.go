@@ -1,0 +1,157 @@
+package cli
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/rewind-dev/rewind/internal/testbed"
+)
+
+// defaultStateDir is where `rewind testbed up` keeps its state unless --state-dir is given.
+func defaultStateDir() string {
+	if d := os.Getenv("REWIND_TESTBED_STATE"); d != "" {
+		return d
+	}
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "rewind", "testbed")
+	}
+	return filepath.Join(os.TempDir(), "rewind-testbed")
+}
+
+func newTestbedCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "testbed",
+		Short: "Run a local hub and member clusters (real kube-apiserver + etcd) for trying rewind",
+		Long: `A testbed is one etcd, a hub kube-apiserver and N member kube-apiservers, and, with
+--workloads, a kube-controller-manager, kube-scheduler and kwok (one fake node) per member so
+that Deployments become Available. The binaries are built from Go modules by
+'make testbed-bins' (the first time takes about 15 minutes).`,
+	}
+	var stateDir, binDir string
+	cmd.PersistentFlags().StringVar(&stateDir, "state-dir", defaultStateDir(), "folder for kubeconfigs, logs and the state file ($REWIND_TESTBED_STATE)")
+	cmd.PersistentFlags().StringVar(&binDir, "bin-dir", os.Getenv(testbed.BinDirEnv), "folder with the testbed binaries ($"+testbed.BinDirEnv+"); empty builds them with hack/testbed/build.sh")
+
+	var members int
+	var workloads bool
+	up := &cobra.Command{
+		Use:   "up",
+		Short: "Start a testbed in the background",
+		Example: `  rewind testbed up --members 3
+  rewind testbed status
+  rewind testbed down`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if members < 0 {
+				return fmt.Errorf("--members must be 0 or more, got %d", members)
+			}
+			tb, err := testbed.Start(cmd.Context(), testbed.Options{
+				Members: members, Workloads: workloads, BinDir: binDir, StateDir: stateDir,
+				Detached: true, Log: cmd.ErrOrStderr(),
+			})
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "Testbed ready in %s (state: %s)\n", tb.StartupTime.Round(100*time.Millisecond), tb.StateDir)
+			printClusters(out, tb.Clusters())
+			fmt.Fprintf(out, "Stop it with: rewind testbed down --state-dir %s\n", tb.StateDir)
+			return nil
+		},
+	}
+	up.Flags().IntVar(&members, "members", 3, "number of member clusters")
+	up.Flags().BoolVar(&workloads, "workloads", true, "run kube-controller-manager, kube-scheduler and kwok in each member")
+
+	status := &cobra.Command{
+		Use:   "status",
+		Short: "Show the clusters and processes of the running testbed",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, err := testbed.ReadState(stateDir)
+			if err != nil {
+				if os.IsNotExist(err) {
+					return fmt.Errorf("no testbed is running with state dir %s (start one with `rewind testbed up`)", stateDir)
+				}
+				return err
+			}
+			out := cmd.OutOrStdout()
+			w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "CLUSTER\tSERVER\tREADY\tKUBECONFIG")
+			for _, c := range st.Clusters {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", c.Name, c.Server, clusterReady(cmd.Context(), c.Kubeconfig), c.Kubeconfig)
+			}
+			w.Flush()
+			fmt.Fprintln(out)
+			w = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "PROCESS\tPID\tALIVE")
+			for _, p := range st.Processes {
+				fmt.Fprintf(w, "%s\t%d\t%v\n", p.Name, p.PID, testbed.Alive(p))
+			}
+			return w.Flush()
+		},
+	}
+
+	down := &cobra.Command{
+		Use:   "down",
+		Short: "Stop every process the testbed started (by process-group id) and remove its state",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, err := testbed.StopState(stateDir)
+			if err != nil {
+				if os.IsNotExist(err) {
+					fmt.Fprintf(cmd.OutOrStdout(), "No testbed is running with state dir %s\n", stateDir)
+					return nil
+				}
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "Stopped %d processes\n", len(st.Processes))
+			return os.RemoveAll(stateDir)
+		},
+	}
+	cmd.AddCommand(up, status, down)
+	return cmd
+}
+
+func printClusters(out io.Writer, clusters []*testbed.Cluster) {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "CLUSTER\tSERVER\tWORKLOADS\tKUBECONFIG")
+	for _, c := range clusters {
+		fmt.Fprintf(w, "%s\t%s\t%v\t%s\n", c.Name, c.Server, c.Workloads, c.Kubeconfig)
+	}
+	w.Flush()
+}
+
+// clusterReady asks the API server of a kubeconfig for /readyz.
+func clusterReady(ctx context.Context, kubeconfig string) string {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return "unknown (kubeconfig unreadable)"
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(cfg.CAData)
+	hc := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cfg.Host+"/readyz", nil)
+	if err != nil {
+		return "unknown"
+	}
+	req.Header.Set("Authorization", "Bearer "+cfg.BearerToken)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return "no (unreachable)"
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusOK {
+		return "yes"
+	}
+	return fmt.Sprintf("no (HTTP %d)", resp.StatusCode)
+}

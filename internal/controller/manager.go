@@ -1,0 +1,76 @@
+// Package controller holds rewind's reconcilers and the manager that runs them in the hub.
+package controller
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+)
+
+// Scheme holds every type the manager works with.
+var Scheme = runtime.NewScheme()
+
+func init() {
+	utilruntime.Must(clientgoscheme.AddToScheme(Scheme))
+}
+
+// Options configure the manager.
+type Options struct {
+	// MetricsAddr is the bind address of the Prometheus metrics endpoint ("0" disables it).
+	MetricsAddr string
+	// ProbeAddr is the bind address of /healthz and /readyz.
+	ProbeAddr string
+	// LeaderElection makes only one replica active at a time.
+	LeaderElection bool
+	// LeaderElectionNamespace is where the lease lives (default: the in-cluster namespace, or
+	// rewind-system out of cluster).
+	LeaderElectionNamespace string
+}
+
+// NewManager builds the manager with health and readiness checks and every reconciler.
+func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
+	ns := o.LeaderElectionNamespace
+	if ns == "" && o.LeaderElection {
+		ns = "rewind-system"
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  Scheme,
+		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
+		HealthProbeBindAddress:  o.ProbeAddr,
+		LeaderElection:          o.LeaderElection,
+		LeaderElectionID:        "rewind-controller.rewind.dev",
+		LeaderElectionNamespace: ns,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := setupReconcilers(mgr); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}
+
+// setupReconcilers registers every reconciler with the manager.
+func setupReconcilers(mgr ctrl.Manager) error {
+	return nil
+}
+
+// The manager's permissions in the hub.
+// +kubebuilder:rbac:groups=rewind.dev,resources=memberclusters;operatorreleases;rollouts;snapshots,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=rewind.dev,resources=memberclusters/status;operatorreleases/status;rollouts/status;snapshots/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete

@@ -1,0 +1,286 @@
+package testbed
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+const readyTimeout = 3 * time.Minute
+
+func (t *Testbed) startEtcd(ctx context.Context) error {
+	ports, err := freePorts(2)
+	if err != nil {
+		return err
+	}
+	client := "http://127.0.0.1:" + strconv.Itoa(ports[0])
+	peer := "http://127.0.0.1:" + strconv.Itoa(ports[1])
+	args := []string{
+		"--name=rewind-testbed",
+		"--data-dir=" + filepath.Join(t.StateDir, "etcd"),
+		"--listen-client-urls=" + client,
+		"--advertise-client-urls=" + client,
+		"--listen-peer-urls=" + peer,
+		"--initial-advertise-peer-urls=" + peer,
+		"--initial-cluster=rewind-testbed=" + peer,
+		"--unsafe-no-fsync=true",
+		"--quota-backend-bytes=" + strconv.Itoa(8<<30),
+		"--log-level=warn",
+	}
+	p, err := startProcess("etcd", t.bins.Etcd, args, filepath.Join(t.StateDir, "logs", "etcd.log"), !t.opts.Detached)
+	if err != nil {
+		return err
+	}
+	t.etcd = p
+	t.etcdURL = client
+	t.track(p)
+	hc := &http.Client{Timeout: 2 * time.Second}
+	err = pollUntil(ctx, readyTimeout, p, func() bool {
+		resp, err := hc.Get(client + "/health")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	if err != nil {
+		return fmt.Errorf("testbed: etcd did not become healthy (log: %s): %w", filepath.Join(t.StateDir, "logs", "etcd.log"), err)
+	}
+	return nil
+}
+
+// pollUntil polls cond every 100ms until it holds, the process p exits, or timeout.
+func pollUntil(ctx context.Context, timeout time.Duration, p *process, cond func() bool) error {
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		if p != nil && p.exited() {
+			return false, fmt.Errorf("%s exited", p.rec.Name)
+		}
+		return cond(), nil
+	})
+}
+
+func (c *Cluster) logPath(component string) string {
+	return filepath.Join(c.tb.StateDir, "logs", component+"-"+c.Name+".log")
+}
+
+func (c *Cluster) startAPIServer(ctx context.Context) error {
+	t := c.tb
+	certFile, keyFile, err := t.pki.servingCert("apiserver-" + c.Name)
+	if err != nil {
+		return err
+	}
+	c.Server = "https://127.0.0.1:" + strconv.Itoa(c.port)
+	c.apiArgs = []string{
+		"--etcd-servers=" + t.etcdURL,
+		"--etcd-prefix=/" + c.Name,
+		"--secure-port=" + strconv.Itoa(c.port),
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--tls-cert-file=" + certFile,
+		"--tls-private-key-file=" + keyFile,
+		"--cert-dir=" + filepath.Join(t.StateDir, "certs-"+c.Name),
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + t.pki.saPubKey,
+		"--service-account-signing-key-file=" + t.pki.saPrivKey,
+		"--token-auth-file=" + t.pki.tokenFile,
+		"--authorization-mode=RBAC",
+		"--service-cluster-ip-range=10.96.0.0/16",
+		"--disable-admission-plugins=ServiceAccount",
+		"--allow-privileged=true",
+		"--endpoint-reconciler-type=none",
+		"--enable-priority-and-fairness=false",
+		"--profiling=false",
+		"--max-requests-inflight=1000",
+		"--max-mutating-requests-inflight=500",
+	}
+	if err := c.writeKubeconfig(); err != nil {
+		return err
+	}
+	return c.runAPIServer(ctx)
+}
+
+func (c *Cluster) runAPIServer(ctx context.Context) error {
+	p, err := startProcess("kube-apiserver/"+c.Name, c.tb.bins.APIServer, c.apiArgs, c.logPath("kube-apiserver"), !c.tb.opts.Detached)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.api = p
+	c.mu.Unlock()
+	c.tb.track(p)
+	if err := c.waitReady(ctx, p); err != nil {
+		return fmt.Errorf("testbed: API server %s did not become ready (log: %s): %w", c.Name, c.logPath("kube-apiserver"), err)
+	}
+	return nil
+}
+
+func (c *Cluster) waitReady(ctx context.Context, p *process) error {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(c.tb.pki.caPEM)
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	defer hc.CloseIdleConnections()
+	return pollUntil(ctx, readyTimeout, p, func() bool {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.Server+"/readyz", nil)
+		req.Header.Set("Authorization", "Bearer "+c.tb.pki.adminTok)
+		resp, err := hc.Do(req)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+}
+
+// StopAPIServer stops this cluster's API server (to simulate an unreachable cluster).
+func (c *Cluster) StopAPIServer() {
+	c.mu.Lock()
+	p := c.api
+	c.api = nil
+	c.mu.Unlock()
+	if p == nil {
+		return
+	}
+	p.stop(10 * time.Second)
+	c.tb.untrack(p)
+}
+
+// StartAPIServer starts this cluster's API server again after StopAPIServer, on the same
+// address with the same data, and waits until it is ready.
+func (c *Cluster) StartAPIServer(ctx context.Context) error {
+	c.mu.Lock()
+	running := c.api != nil
+	c.mu.Unlock()
+	if running {
+		return nil
+	}
+	return c.runAPIServer(ctx)
+}
+
+func (c *Cluster) startWorkloads(ctx context.Context) error {
+	t := c.tb
+	cs, err := kubernetes.NewForConfig(c.RESTConfig())
+	if err != nil {
+		return err
+	}
+	nodeName := "kwok-node-0"
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        nodeName,
+			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
+			Labels:      map[string]string{"type": "kwok", "kubernetes.io/hostname": nodeName},
+		},
+		Status: corev1.NodeStatus{
+			Allocatable: corev1.ResourceList{
+				corev1.ResourceCPU: resource.MustParse("64"), corev1.ResourceMemory: resource.MustParse("512Gi"), corev1.ResourcePods: resource.MustParse("1000"),
+			},
+			Capacity: corev1.ResourceList{
+				corev1.ResourceCPU: resource.MustParse("64"), corev1.ResourceMemory: resource.MustParse("512Gi"), corev1.ResourcePods: resource.MustParse("1000"),
+			},
+		},
+	}
+	if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("testbed: creating the fake node in %s: %w", c.Name, err)
+	}
+
+	kcmArgs := []string{
+		"--kubeconfig=" + c.Kubeconfig,
+		"--controllers=deployment-controller,replicaset-controller,statefulset-controller,job-controller,garbage-collector-controller,namespace-controller,serviceaccount-controller",
+		"--leader-elect=false",
+		"--secure-port=0",
+		"--kube-api-qps=200",
+		"--kube-api-burst=400",
+		"--concurrent-gc-syncs=20",
+	}
+	schedArgs := []string{"--kubeconfig=" + c.Kubeconfig, "--leader-elect=false", "--secure-port=0"}
+	kwokArgs := []string{
+		"--kubeconfig=" + c.Kubeconfig,
+		"--manage-all-nodes=true",
+		"--config=" + t.bins.KwokStages,
+		"--server-address=",
+	}
+	for _, s := range []struct {
+		name, bin string
+		args      []string
+	}{
+		{"kube-controller-manager", t.bins.ControllerManager, kcmArgs},
+		{"kube-scheduler", t.bins.Scheduler, schedArgs},
+		{"kwok", t.bins.Kwok, kwokArgs},
+	} {
+		p, err := startProcess(s.name+"/"+c.Name, s.bin, s.args, c.logPath(s.name), !t.opts.Detached)
+		if err != nil {
+			return err
+		}
+		c.mu.Lock()
+		c.helpers = append(c.helpers, p)
+		c.mu.Unlock()
+		t.track(p)
+	}
+
+	// Wait for kwok to make the node Ready, then remove the not-ready taint that only the
+	// node-lifecycle controller (not run here) would remove.
+	var lastErr error
+	err = pollUntil(ctx, readyTimeout, nil, func() bool {
+		for _, h := range c.helpers {
+			if h.exited() {
+				lastErr = fmt.Errorf("%s exited (log: %s)", h.rec.Name, c.logPath(strings.SplitN(h.rec.Name, "/", 2)[0]))
+				return true
+			}
+		}
+		n, err := cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		ready := false
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+				ready = true
+			}
+		}
+		if !ready {
+			return false
+		}
+		var keep []corev1.Taint
+		for _, taint := range n.Spec.Taints {
+			if taint.Key != "node.kubernetes.io/not-ready" {
+				keep = append(keep, taint)
+			}
+		}
+		if len(keep) != len(n.Spec.Taints) {
+			n.Spec.Taints = keep
+			if _, err := cs.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+				return false
+			}
+		}
+		return true
+	})
+	if err == nil {
+		err = lastErr
+	}
+	if err != nil {
+		return fmt.Errorf("testbed: fake node in %s did not become ready: %w", c.Name, err)
+	}
+	return nil
+}
+
+func clientcmdKubeconfig(name, server string, ca []byte, token string) *clientcmdapi.Config {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters[name] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca}
+	cfg.AuthInfos[name+"-admin"] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name + "-admin"}
+	cfg.CurrentContext = name
+	return cfg
+}

@@ -1,0 +1,65 @@
+package testbed_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/rewind-dev/rewind/internal/testbed"
+)
+
+// testWriter sends a child's output to the test log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// binDir is the folder of the testbed binaries the shared testbed uses.
+func binDir(t *testing.T) string {
+	t.Helper()
+	if d := os.Getenv(testbed.BinDirEnv); d != "" {
+		return d
+	}
+	b, err := testbed.FindBinaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Dir(b.APIServer)
+}
+
+var (
+	buildOnce sync.Once
+	rewindBin string
+	buildErr  error
+	buildOut  []byte
+)
+
+// buildRewind builds the rewind binary once per test run.
+func buildRewind(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		root, err := testbed.RepoRoot()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		dir, err := os.MkdirTemp("", "rewind-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		rewindBin = filepath.Join(dir, "rewind")
+		cmd := exec.Command("go", "build", "-o", rewindBin, "./cmd/rewind")
+		cmd.Dir = root
+		buildOut, buildErr = cmd.CombinedOutput()
+	})
+	if buildErr != nil {
+		t.Fatalf("building rewind: %v\n%s", buildErr, buildOut)
+	}
+	return rewindBin
+}

@@ -1,0 +1,154 @@
+package testbed
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// pki holds the key material of one testbed: a CA that signs every serving certificate, the
+// service-account key pair shared by the API servers, and the static admin token.
+type pki struct {
+	caCert    *x509.Certificate
+	caKey     *ecdsa.PrivateKey
+	caPEM     []byte
+	adminTok  string
+	dir       string
+	saPubKey  string
+	saPrivKey string
+	tokenFile string
+}
+
+func newPKI(dir string) (*pki, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	p := &pki{dir: dir}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "rewind-testbed-ca"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(10 * 365 * 24 * time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, err
+	}
+	p.caCert, err = x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	p.caKey = key
+	p.caPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), p.caPEM, 0o600); err != nil {
+		return nil, err
+	}
+
+	// Service-account signing key pair (RSA, as the API server expects by default).
+	saKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return nil, err
+	}
+	p.saPrivKey = filepath.Join(dir, "sa.key")
+	p.saPubKey = filepath.Join(dir, "sa.pub")
+	if err := os.WriteFile(p.saPrivKey, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(saKey)}), 0o600); err != nil {
+		return nil, err
+	}
+	pubDER, err := x509.MarshalPKIXPublicKey(&saKey.PublicKey)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(p.saPubKey, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o600); err != nil {
+		return nil, err
+	}
+
+	tok := make([]byte, 24)
+	if _, err := rand.Read(tok); err != nil {
+		return nil, err
+	}
+	p.adminTok = hex.EncodeToString(tok)
+	p.tokenFile = filepath.Join(dir, "tokens.csv")
+	line := fmt.Sprintf("%s,admin,admin,\"system:masters\"\n", p.adminTok)
+	if err := os.WriteFile(p.tokenFile, []byte(line), 0o600); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// servingCert writes a certificate for 127.0.0.1 and localhost signed by the CA and returns
+// the certificate and key file paths.
+func (p *pki) servingCert(name string) (certFile, keyFile string, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return "", "", err
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if err != nil {
+		return "", "", err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: name},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(10 * 365 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames:     []string{"localhost", name},
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.caCert, &key.PublicKey, p.caKey)
+	if err != nil {
+		return "", "", err
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return "", "", err
+	}
+	certFile = filepath.Join(p.dir, name+".crt")
+	keyFile = filepath.Join(p.dir, name+".key")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		return "", "", err
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		return "", "", err
+	}
+	return certFile, keyFile, nil
+}
+
+// ServingCert issues a serving certificate for 127.0.0.1/localhost signed by the testbed CA,
+// for servers that the testbed's API servers must call (conversion and admission webhooks).
+// It returns PEM-encoded certificate and key.
+func (t *Testbed) ServingCert(name string) (certPEM, keyPEM []byte, err error) {
+	certFile, keyFile, err := t.pki.servingCert(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	if certPEM, err = os.ReadFile(certFile); err != nil {
+		return nil, nil, err
+	}
+	if keyPEM, err = os.ReadFile(keyFile); err != nil {
+		return nil, nil, err
+	}
+	return certPEM, keyPEM, nil
+}
+
+// CABundle is the PEM CA certificate that signed every serving certificate of the testbed.
+func (t *Testbed) CABundle() []byte { return append([]byte(nil), t.pki.caPEM...) }

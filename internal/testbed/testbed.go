@@ -1,0 +1,401 @@
+// Package testbed runs a real local multi-cluster Kubernetes control plane: one etcd, a hub
+// kube-apiserver and N member kube-apiservers isolated by etcd prefix, and optionally, per
+// cluster, kube-controller-manager, kube-scheduler and kwok with one fake Node so that
+// workloads (Deployments, StatefulSets) become available and garbage collection is real.
+//
+// Every process is started in its own process group and recorded in a state file, so Stop (or
+// `rewind testbed down` from another process) stops exactly what was started, by id.
+package testbed
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// HubName is the name of the hub cluster.
+const HubName = "hub"
+
+// StateFileName is the name of the state file in the state directory.
+const StateFileName = "state.json"
+
+// Options says what to start.
+type Options struct {
+	// Members is the number of member clusters (named member1..memberN).
+	Members int
+	// Workloads runs kube-controller-manager, kube-scheduler and kwok with one fake Node in
+	// every cluster, so Deployments become Available and the garbage collector runs.
+	Workloads bool
+	// HubWorkloads runs them in the hub too (default: members only).
+	HubWorkloads bool
+	// BinDir holds the binaries; empty means FindBinaries().
+	BinDir string
+	// StateDir receives kubeconfigs, logs, keys and the state file; empty means a new
+	// temporary folder that Stop removes.
+	StateDir string
+	// Detached leaves the processes running when the calling process exits (for
+	// `rewind testbed up`); otherwise they are killed with it.
+	Detached bool
+	// HandleSignals makes Start install a SIGINT/SIGTERM handler that stops the testbed and
+	// exits the process (status 130 or 143).
+	HandleSignals bool
+	// Log receives progress lines; nil discards them.
+	Log io.Writer
+}
+
+// Cluster is one API server of the testbed.
+type Cluster struct {
+	// Name is "hub" or "memberN".
+	Name string `json:"name"`
+	// Server is the API server URL.
+	Server string `json:"server"`
+	// Kubeconfig is the path of the kubeconfig file for this cluster (admin user).
+	Kubeconfig string `json:"kubeconfig"`
+	// Workloads says whether controllers, a scheduler and kwok run for this cluster.
+	Workloads bool `json:"workloads"`
+
+	tb      *Testbed
+	port    int
+	apiArgs []string
+	mu      sync.Mutex
+	api     *process
+	helpers []*process
+	restCfg *rest.Config
+}
+
+// State is the content of the state file.
+type State struct {
+	StateDir  string          `json:"stateDir"`
+	EtcdURL   string          `json:"etcdURL"`
+	Clusters  []*Cluster      `json:"clusters"`
+	Processes []ProcessRecord `json:"processes"`
+	Started   time.Time       `json:"started"`
+}
+
+// Testbed is a running set of clusters.
+type Testbed struct {
+	// Hub is the hub cluster.
+	Hub *Cluster
+	// Members are the member clusters, member1 first.
+	Members []*Cluster
+	// StateDir holds kubeconfigs, logs and the state file.
+	StateDir string
+	// StartupTime is how long Start took.
+	StartupTime time.Duration
+
+	opts     Options
+	bins     Binaries
+	pki      *pki
+	ownsDir  bool
+	etcd     *process
+	etcdURL  string
+	mu       sync.Mutex
+	procs    []*process
+	stopOnce sync.Once
+	stopSig  chan os.Signal
+	stopped  chan struct{}
+}
+
+// Clusters returns the hub followed by the members.
+func (t *Testbed) Clusters() []*Cluster { return append([]*Cluster{t.Hub}, t.Members...) }
+
+// Start starts a testbed. On error everything already started is stopped.
+func Start(ctx context.Context, opts Options) (_ *Testbed, err error) {
+	begin := time.Now()
+	if opts.Members < 0 {
+		return nil, fmt.Errorf("testbed: members must be >= 0, got %d", opts.Members)
+	}
+	if opts.Log == nil {
+		opts.Log = io.Discard
+	}
+	t := &Testbed{opts: opts, stopped: make(chan struct{})}
+	if opts.BinDir == "" {
+		if t.bins, err = FindBinaries(); err != nil {
+			return nil, err
+		}
+	} else if t.bins, err = BinariesIn(opts.BinDir); err != nil {
+		return nil, err
+	}
+	t.StateDir = opts.StateDir
+	if t.StateDir == "" {
+		if t.StateDir, err = os.MkdirTemp("", "rewind-testbed-"); err != nil {
+			return nil, err
+		}
+		t.ownsDir = true
+	} else {
+		if _, statErr := os.Stat(filepath.Join(t.StateDir, StateFileName)); statErr == nil {
+			if st, readErr := ReadState(t.StateDir); readErr == nil && st.anyAlive() {
+				return nil, fmt.Errorf("testbed: %s already holds a running testbed; run `rewind testbed down --state-dir %s` first", t.StateDir, t.StateDir)
+			}
+		}
+		if err = os.MkdirAll(t.StateDir, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	if opts.HandleSignals {
+		t.stopSig = make(chan os.Signal, 1)
+		signal.Notify(t.stopSig, syscall.SIGINT, syscall.SIGTERM)
+		go t.onSignal()
+	}
+	defer func() {
+		if err != nil {
+			_ = t.Stop()
+		}
+	}()
+
+	if t.pki, err = newPKI(filepath.Join(t.StateDir, "pki")); err != nil {
+		return nil, fmt.Errorf("testbed: keys: %w", err)
+	}
+	if err = t.startEtcd(ctx); err != nil {
+		return nil, err
+	}
+
+	names := []string{HubName}
+	for i := 1; i <= opts.Members; i++ {
+		names = append(names, "member"+strconv.Itoa(i))
+	}
+	ports, err := freePorts(len(names))
+	if err != nil {
+		return nil, err
+	}
+	for i, n := range names {
+		c := &Cluster{Name: n, tb: t, port: ports[i]}
+		c.Workloads = opts.Workloads && (n != HubName || opts.HubWorkloads)
+		if i == 0 {
+			t.Hub = c
+		} else {
+			t.Members = append(t.Members, c)
+		}
+	}
+	fmt.Fprintf(opts.Log, "testbed: starting %d API servers (hub + %d members)\n", len(names), opts.Members)
+	g, gctx := errgroup.WithContext(ctx)
+	for _, c := range t.Clusters() {
+		g.Go(func() error {
+			if err := c.startAPIServer(gctx); err != nil {
+				return err
+			}
+			if c.Workloads {
+				return c.startWorkloads(gctx)
+			}
+			return nil
+		})
+	}
+	if err = g.Wait(); err != nil {
+		return nil, err
+	}
+	t.StartupTime = time.Since(begin)
+	if err = t.writeState(); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(opts.Log, "testbed: ready in %s\n", t.StartupTime.Round(100*time.Millisecond))
+	return t, nil
+}
+
+func (t *Testbed) onSignal() {
+	select {
+	case sig := <-t.stopSig:
+		_ = t.Stop()
+		code := 130
+		if sig == syscall.SIGTERM {
+			code = 143
+		}
+		os.Exit(code)
+	case <-t.stopped:
+	}
+}
+
+func (t *Testbed) track(p *process) {
+	t.mu.Lock()
+	t.procs = append(t.procs, p)
+	t.mu.Unlock()
+	_ = t.writeState()
+}
+
+func (t *Testbed) untrack(p *process) {
+	t.mu.Lock()
+	for i, q := range t.procs {
+		if q == p {
+			t.procs = append(t.procs[:i], t.procs[i+1:]...)
+			break
+		}
+	}
+	t.mu.Unlock()
+	_ = t.writeState()
+}
+
+// Processes returns the records of every process the testbed has running.
+func (t *Testbed) Processes() []ProcessRecord {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]ProcessRecord, 0, len(t.procs))
+	for _, p := range t.procs {
+		out = append(out, p.rec)
+	}
+	return out
+}
+
+func (t *Testbed) writeState() error {
+	if t.StateDir == "" {
+		return nil
+	}
+	st := State{StateDir: t.StateDir, EtcdURL: t.etcdURL, Processes: t.Processes(), Started: time.Now().UTC()}
+	if t.Hub != nil {
+		st.Clusters = t.Clusters()
+	}
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(t.StateDir, StateFileName+".tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(t.StateDir, StateFileName))
+}
+
+// ReadState reads the state file of a testbed started in dir.
+func ReadState(dir string) (*State, error) {
+	b, err := os.ReadFile(filepath.Join(dir, StateFileName))
+	if err != nil {
+		return nil, err
+	}
+	st := &State{}
+	if err := json.Unmarshal(b, st); err != nil {
+		return nil, fmt.Errorf("testbed: state file %s: %w", filepath.Join(dir, StateFileName), err)
+	}
+	return st, nil
+}
+
+func (s *State) anyAlive() bool {
+	for _, r := range s.Processes {
+		if Alive(r) {
+			return true
+		}
+	}
+	return false
+}
+
+// StopState stops every process recorded in the state file of dir (etcd last) and removes
+// the state file. It is safe to run twice.
+func StopState(dir string) (*State, error) {
+	st, err := ReadState(dir)
+	if err != nil {
+		return nil, err
+	}
+	var first, last []ProcessRecord
+	for _, r := range st.Processes {
+		if r.Name == "etcd" {
+			last = append(last, r)
+		} else {
+			first = append(first, r)
+		}
+	}
+	StopRecords(first, 10*time.Second)
+	StopRecords(last, 10*time.Second)
+	for _, r := range st.Processes {
+		if Alive(r) {
+			return st, fmt.Errorf("testbed: process %s (pid %d) is still alive", r.Name, r.PID)
+		}
+	}
+	if err := os.Remove(filepath.Join(dir, StateFileName)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return st, err
+	}
+	return st, nil
+}
+
+// Stop stops every process the testbed started, waits until each is gone, and removes the
+// state directory if Start created it. It is safe to call more than once and from several
+// goroutines.
+func (t *Testbed) Stop() error {
+	t.stopOnce.Do(func() {
+		close(t.stopped)
+		if t.stopSig != nil {
+			signal.Stop(t.stopSig)
+		}
+		t.mu.Lock()
+		procs := append([]*process(nil), t.procs...)
+		t.mu.Unlock()
+		var wg sync.WaitGroup
+		for _, p := range procs {
+			if p == t.etcd {
+				continue
+			}
+			wg.Add(1)
+			go func() { defer wg.Done(); p.stop(10 * time.Second) }()
+		}
+		wg.Wait()
+		if t.etcd != nil {
+			t.etcd.stop(10 * time.Second)
+		}
+		t.mu.Lock()
+		t.procs = nil
+		t.mu.Unlock()
+		if t.ownsDir {
+			_ = os.RemoveAll(t.StateDir)
+		} else if t.StateDir != "" {
+			_ = os.Remove(filepath.Join(t.StateDir, StateFileName))
+		}
+	})
+	return nil
+}
+
+// freePorts returns n distinct free TCP ports on 127.0.0.1.
+func freePorts(n int) ([]int, error) {
+	ls := make([]net.Listener, 0, n)
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	ports := make([]int, 0, n)
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("testbed: no free port: %w", err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// RESTConfig returns a client configuration for the cluster (admin).
+func (c *Cluster) RESTConfig() *rest.Config {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.restCfg == nil {
+		c.restCfg = &rest.Config{
+			Host:            c.Server,
+			BearerToken:     c.tb.pki.adminTok,
+			TLSClientConfig: rest.TLSClientConfig{CAData: c.tb.pki.caPEM},
+			QPS:             200,
+			Burst:           400,
+		}
+	}
+	return rest.CopyConfig(c.restCfg)
+}
+
+// KubeconfigBytes returns the kubeconfig of the cluster.
+func (c *Cluster) KubeconfigBytes() ([]byte, error) {
+	return os.ReadFile(c.Kubeconfig)
+}
+
+func (c *Cluster) writeKubeconfig() error {
+	cfg := clientcmdKubeconfig(c.Name, c.Server, c.tb.pki.caPEM, c.tb.pki.adminTok)
+	c.Kubeconfig = filepath.Join(c.tb.StateDir, c.Name+".kubeconfig")
+	return clientcmd.WriteToFile(*cfg, c.Kubeconfig)
+}
