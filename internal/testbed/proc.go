@@ -117,10 +117,45 @@ func Alive(rec ProcessRecord) bool {
 	return rec.StartTime == 0 || st == rec.StartTime
 }
 
-// groupAlive reports whether any process is left in the process group pgid.
-func groupAlive(pgid int) bool {
-	err := syscall.Kill(-pgid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
+// GroupAlive reports whether any live (non-zombie) process is left in the process group pgid.
+func GroupAlive(pgid int) bool {
+	if err := syscall.Kill(-pgid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return false
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return true
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		state, pgrp, err := procStateGroup(pid)
+		if err == nil && pgrp == pgid && state != "Z" && state != "X" {
+			return true
+		}
+	}
+	return false
+}
+
+// procStateGroup reads the state and process group of pid from /proc/PID/stat.
+func procStateGroup(pid int) (string, int, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return "", 0, err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return "", 0, errors.New("malformed /proc stat")
+	}
+	fields := strings.Fields(s[i+1:])
+	if len(fields) < 3 {
+		return "", 0, errors.New("malformed /proc stat")
+	}
+	pgrp, err := strconv.Atoi(fields[2])
+	return fields[0], pgrp, err
 }
 
 // stopRecord stops the process group led by rec: SIGTERM, then SIGKILL after grace. It only
@@ -131,7 +166,7 @@ func stopRecord(rec ProcessRecord, grace time.Duration, waitExit func(time.Durat
 		return
 	}
 	leaderAlive := Alive(rec)
-	if !leaderAlive && !groupAlive(rec.PID) {
+	if !leaderAlive && !GroupAlive(rec.PID) {
 		return
 	}
 	if !leaderAlive {
@@ -141,7 +176,7 @@ func stopRecord(rec ProcessRecord, grace time.Duration, waitExit func(time.Durat
 	}
 	_ = syscall.Kill(-rec.PID, syscall.SIGTERM)
 	if waitExit(grace) {
-		if groupAlive(rec.PID) {
+		if GroupAlive(rec.PID) {
 			_ = syscall.Kill(-rec.PID, syscall.SIGKILL)
 		}
 		return

@@ -1,0 +1,151 @@
+package release
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+	"helm.sh/helm/v3/pkg/releaseutil"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/rewind-dev/rewind/api/v1alpha1"
+)
+
+// RenderKubeVersion is the Kubernetes version charts are rendered against
+// (.Capabilities.KubeVersion). It is fixed, not discovered, so that rendering is deterministic
+// and the digest of a chart does not depend on where it was rendered.
+const RenderKubeVersion = "v1.37.0"
+
+// RenderChart renders the Helm chart at path (a chart folder or a packaged .tgz) the way
+// `helm install` would, without a cluster: the chart's values are merged with valuesFile (when
+// not empty), templates are rendered with the Helm SDK for release releaseName in namespace
+// (IsInstall, fixed Capabilities, see RenderKubeVersion), and the objects of the chart's crds/
+// folders are added. NOTES.txt, partials, empty documents and hooks (which are not part of a
+// Helm release's manifest) are left out. Namespaced objects without a namespace are put in
+// namespace, as `helm install --namespace` does.
+//
+// The chart must have an appVersion: it is how rewind binds the chart to the operator version.
+func RenderChart(path, valuesFile, releaseName, namespace string) ([]*unstructured.Unstructured, *v1alpha1.ChartInfo, error) {
+	if releaseName == "" {
+		return nil, nil, errors.New("rendering chart: a release name is required")
+	}
+	if namespace == "" {
+		return nil, nil, errors.New("rendering chart: a namespace is required")
+	}
+	chrt, err := loader.Load(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("loading chart %s: %w", path, err)
+	}
+	info := &v1alpha1.ChartInfo{
+		Name:       chrt.Metadata.Name,
+		Version:    chrt.Metadata.Version,
+		AppVersion: chrt.Metadata.AppVersion,
+	}
+	if info.AppVersion == "" {
+		return nil, nil, fmt.Errorf("Chart.yaml of %s has no appVersion; rewind binds the chart to the operator version through it", info.Name)
+	}
+
+	values := chartutil.Values{}
+	if valuesFile != "" {
+		values, err = chartutil.ReadValuesFile(valuesFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("reading values file %s: %w", valuesFile, err)
+		}
+	}
+	if err := chartutil.ProcessDependenciesWithMerge(chrt, values); err != nil {
+		return nil, nil, fmt.Errorf("chart %s: dependencies: %w", info.Name, err)
+	}
+	caps := renderCapabilities()
+	if chrt.Metadata.KubeVersion != "" && !chartutil.IsCompatibleRange(chrt.Metadata.KubeVersion, caps.KubeVersion.String()) {
+		return nil, nil, fmt.Errorf("chart %s requires kubeVersion %s, which is incompatible with Kubernetes %s that rewind renders charts for", info.Name, chrt.Metadata.KubeVersion, caps.KubeVersion.String())
+	}
+	renderValues, err := chartutil.ToRenderValues(chrt, values, chartutil.ReleaseOptions{
+		Name:      releaseName,
+		Namespace: namespace,
+		Revision:  1,
+		IsInstall: true,
+	}, caps)
+	if err != nil {
+		return nil, nil, fmt.Errorf("chart %s: values: %w", info.Name, err)
+	}
+	files, err := engine.Render(chrt, renderValues)
+	if err != nil {
+		return nil, nil, fmt.Errorf("rendering chart %s: %w", info.Name, err)
+	}
+	for name := range files {
+		if hasSuffixFold(name, "NOTES.txt") {
+			delete(files, name)
+		}
+	}
+	// SortManifests splits the rendered files into documents, drops empty ones and partials,
+	// and separates hooks from the release manifest.
+	_, manifests, err := releaseutil.SortManifests(files, nil, releaseutil.InstallOrder)
+	if err != nil {
+		return nil, nil, fmt.Errorf("rendering chart %s: %w", info.Name, err)
+	}
+
+	var objs []*unstructured.Unstructured
+	crds := chrt.CRDObjects()
+	sort.SliceStable(crds, func(i, j int) bool { return crds[i].Filename < crds[j].Filename })
+	for _, crd := range crds {
+		found, err := decodeDocuments(crd.Filename, crd.File.Data)
+		if err != nil {
+			return nil, nil, fmt.Errorf("chart %s: %w", info.Name, err)
+		}
+		objs = append(objs, found...)
+	}
+	sort.SliceStable(manifests, func(i, j int) bool { return manifests[i].Name < manifests[j].Name })
+	for _, m := range manifests {
+		found, err := decodeDocuments(m.Name, []byte(m.Content))
+		if err != nil {
+			return nil, nil, fmt.Errorf("chart %s: %w", info.Name, err)
+		}
+		objs = append(objs, found...)
+	}
+	if len(objs) == 0 {
+		return nil, nil, fmt.Errorf("chart %s renders no Kubernetes objects", info.Name)
+	}
+	defaultNamespace(objs, namespace)
+	return objs, info, nil
+}
+
+// renderCapabilities returns the fixed Capabilities charts are rendered with: Helm's default
+// API versions, RenderKubeVersion, and no build-dependent Helm fields (Go version, git commit).
+func renderCapabilities() *chartutil.Capabilities {
+	caps := chartutil.DefaultCapabilities.Copy()
+	kv, err := chartutil.ParseKubeVersion(RenderKubeVersion)
+	if err != nil {
+		panic(fmt.Sprintf("RenderKubeVersion %q: %v", RenderKubeVersion, err))
+	}
+	caps.KubeVersion = *kv
+	caps.HelmVersion.GoVersion = ""
+	caps.HelmVersion.GitCommit = ""
+	caps.HelmVersion.GitTreeState = ""
+	return caps
+}
+
+func hasSuffixFold(s, suffix string) bool {
+	return len(s) >= len(suffix) && equalFold(s[len(s)-len(suffix):], suffix)
+}
+
+func equalFold(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
