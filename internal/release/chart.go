@@ -3,12 +3,14 @@ package release
 import (
 	"errors"
 	"fmt"
+	"path"
 	"sort"
+	"strings"
 
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
-	"helm.sh/helm/v3/pkg/releaseutil"
+	"helm.sh/helm/v3/pkg/release"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
@@ -19,25 +21,25 @@ import (
 // and the digest of a chart does not depend on where it was rendered.
 const RenderKubeVersion = "v1.37.0"
 
-// RenderChart renders the Helm chart at path (a chart folder or a packaged .tgz) the way
+// RenderChart renders the Helm chart at chartPath (a chart folder or a packaged .tgz) the way
 // `helm install` would, without a cluster: the chart's values are merged with valuesFile (when
 // not empty), templates are rendered with the Helm SDK for release releaseName in namespace
 // (IsInstall, fixed Capabilities, see RenderKubeVersion), and the objects of the chart's crds/
 // folders are added. NOTES.txt, partials, empty documents and hooks (which are not part of a
-// Helm release's manifest) are left out. Namespaced objects without a namespace are put in
+// Helm release's manifest, see `helm get manifest`) are left out. Namespaced objects without a namespace are put in
 // namespace, as `helm install --namespace` does.
 //
 // The chart must have an appVersion: it is how rewind binds the chart to the operator version.
-func RenderChart(path, valuesFile, releaseName, namespace string) ([]*unstructured.Unstructured, *v1alpha1.ChartInfo, error) {
+func RenderChart(chartPath, valuesFile, releaseName, namespace string) ([]*unstructured.Unstructured, *v1alpha1.ChartInfo, error) {
 	if releaseName == "" {
 		return nil, nil, errors.New("rendering chart: a release name is required")
 	}
 	if namespace == "" {
 		return nil, nil, errors.New("rendering chart: a namespace is required")
 	}
-	chrt, err := loader.Load(path)
+	chrt, err := loader.Load(chartPath)
 	if err != nil {
-		return nil, nil, fmt.Errorf("loading chart %s: %w", path, err)
+		return nil, nil, fmt.Errorf("loading chart %s: %w", chartPath, err)
 	}
 	info := &v1alpha1.ChartInfo{
 		Name:       chrt.Metadata.Name,
@@ -75,18 +77,6 @@ func RenderChart(path, valuesFile, releaseName, namespace string) ([]*unstructur
 	if err != nil {
 		return nil, nil, fmt.Errorf("rendering chart %s: %w", info.Name, err)
 	}
-	for name := range files {
-		if hasSuffixFold(name, "NOTES.txt") {
-			delete(files, name)
-		}
-	}
-	// SortManifests splits the rendered files into documents, drops empty ones and partials,
-	// and separates hooks from the release manifest.
-	_, manifests, err := releaseutil.SortManifests(files, nil, releaseutil.InstallOrder)
-	if err != nil {
-		return nil, nil, fmt.Errorf("rendering chart %s: %w", info.Name, err)
-	}
-
 	var objs []*unstructured.Unstructured
 	crds := chrt.CRDObjects()
 	sort.SliceStable(crds, func(i, j int) bool { return crds[i].Filename < crds[j].Filename })
@@ -97,13 +87,28 @@ func RenderChart(path, valuesFile, releaseName, namespace string) ([]*unstructur
 		}
 		objs = append(objs, found...)
 	}
-	sort.SliceStable(manifests, func(i, j int) bool { return manifests[i].Name < manifests[j].Name })
-	for _, m := range manifests {
-		found, err := decodeDocuments(m.Name, []byte(m.Content))
+	names := make([]string, 0, len(files))
+	for name, content := range files {
+		// NOTES.txt is rendered like a template but is not a manifest; partials are not
+		// rendered at all; whitespace-only files hold nothing.
+		if strings.HasSuffix(name, "NOTES.txt") || strings.HasPrefix(path.Base(name), "_") || strings.TrimSpace(content) == "" {
+			continue
+		}
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		found, err := decodeDocuments(name, []byte(files[name]))
 		if err != nil {
 			return nil, nil, fmt.Errorf("chart %s: %w", info.Name, err)
 		}
-		objs = append(objs, found...)
+		for _, o := range found {
+			// Hooks are not part of a Helm release's manifest (helm get manifest).
+			if _, hook := o.GetAnnotations()[release.HookAnnotation]; hook {
+				continue
+			}
+			objs = append(objs, o)
+		}
 	}
 	if len(objs) == 0 {
 		return nil, nil, fmt.Errorf("chart %s renders no Kubernetes objects", info.Name)
@@ -125,27 +130,4 @@ func renderCapabilities() *chartutil.Capabilities {
 	caps.HelmVersion.GitCommit = ""
 	caps.HelmVersion.GitTreeState = ""
 	return caps
-}
-
-func hasSuffixFold(s, suffix string) bool {
-	return len(s) >= len(suffix) && equalFold(s[len(s)-len(suffix):], suffix)
-}
-
-func equalFold(a, b string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := 0; i < len(a); i++ {
-		x, y := a[i], b[i]
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if 'A' <= y && y <= 'Z' {
-			y += 'a' - 'A'
-		}
-		if x != y {
-			return false
-		}
-	}
-	return true
 }

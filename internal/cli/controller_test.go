@@ -1,0 +1,63 @@
+package cli
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+func TestControllerAnswersProbes(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	probe, metrics := freeAddr(t), freeAddr(t)
+	done := make(chan error, 1)
+	go func() {
+		_, err := run(ctx, "controller", "--kubeconfig", env.Hub.Kubeconfig,
+			"--health-probe-bind-address", probe, "--metrics-bind-address", metrics)
+		done <- err
+	}()
+	hc := &http.Client{Timeout: 2 * time.Second}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		var status int
+		var body string
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			select {
+			case err := <-done:
+				t.Fatalf("rewind controller exited early: %v", err)
+			default:
+			}
+			resp, err := hc.Get("http://" + probe + path)
+			if err != nil {
+				return false, nil
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			status, body = resp.StatusCode, string(b)
+			return status == http.StatusOK, nil
+		})
+		if err != nil {
+			t.Fatalf("%s did not answer 200 (last: %d %q): %v", path, status, body, err)
+		}
+	}
+	resp, err := hc.Get("http://" + metrics + "/metrics")
+	if err != nil {
+		t.Fatalf("metrics endpoint: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("metrics endpoint answered %d", resp.StatusCode)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("rewind controller did not stop cleanly: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("rewind controller did not stop within 30s of cancellation")
+	}
+}

@@ -1,0 +1,55 @@
+package release
+
+import (
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// CheckImage makes sure the release's image is the one the manifests deploy: at least one
+// container or init container of a Deployment in objs must use exactly image. Otherwise the
+// error names the Deployments and the images they use.
+func CheckImage(objs []*unstructured.Unstructured, image string) error {
+	var found []string
+	deployments := 0
+	for _, o := range objs {
+		if o == nil || o.GroupVersionKind().Group != "apps" || o.GetKind() != "Deployment" {
+			continue
+		}
+		deployments++
+		var images []string
+		for _, field := range []string{"initContainers", "containers"} {
+			containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", field)
+			for _, raw := range containers {
+				c, _ := raw.(map[string]interface{})
+				img, _ := c["image"].(string)
+				if img == image {
+					return nil
+				}
+				images = append(images, img)
+			}
+		}
+		name := o.GetName()
+		if ns := o.GetNamespace(); ns != "" {
+			name = ns + "/" + name
+		}
+		if len(images) == 0 {
+			found = append(found, fmt.Sprintf("%s (no containers)", name))
+			continue
+		}
+		found = append(found, fmt.Sprintf("%s uses %s", name, strings.Join(quoteAll(images), ", ")))
+	}
+	if deployments == 0 {
+		return fmt.Errorf("the manifests have no Deployment, so no container runs --image %q; an operator release must deploy the operator", image)
+	}
+	return fmt.Errorf("no Deployment in the manifests runs --image %q (Deployment %s); pass the image the manifests use to --image, or fix the manifests", image, strings.Join(found, "; Deployment "))
+}
+
+func quoteAll(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = fmt.Sprintf("%q", s)
+	}
+	return out
+}
