@@ -3,8 +3,6 @@ package cli
 import (
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -23,7 +21,7 @@ func newDemoCommand() *cobra.Command {
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "==> Starting a testbed: hub + %d members with workloads\n", members)
 			tb, err := testbed.Start(cmd.Context(), testbed.Options{
-				Members: members, Workloads: true, BinDir: binDir, HandleSignals: true, Log: out,
+				Members: members, Workloads: true, BinDir: binDir, Log: out,
 			})
 			if err != nil {
 				return err
@@ -45,13 +43,8 @@ func newDemoCommand() *cobra.Command {
 			fmt.Fprintf(out, "  %s --kubeconfig %s get deployments,pods -o wide\n", kubectl, m1)
 			fmt.Fprintf(out, "  %s --kubeconfig %s get namespaces\n", kubectl, tb.Hub.Kubeconfig)
 			fmt.Fprintf(out, "\nPress Ctrl-C to tear everything down.\n")
-			sig := make(chan os.Signal, 1)
-			signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-			defer signal.Stop(sig)
-			select {
-			case <-sig:
-			case <-cmd.Context().Done():
-			}
+			// main's signal context is cancelled by Ctrl-C (SIGINT) or SIGTERM.
+			<-cmd.Context().Done()
 			fmt.Fprintln(out, "\n==> Tearing down")
 			return tb.Stop()
 		},
