@@ -4,6 +4,13 @@ package controller
 import (
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/rewind-dev/rewind/api/v1alpha1"
+
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -18,7 +25,12 @@ var Scheme = runtime.NewScheme()
 
 func init() {
 	utilruntime.Must(clientgoscheme.AddToScheme(Scheme))
+	utilruntime.Must(v1alpha1.AddToScheme(Scheme))
 }
+
+// LabelMemberKubeconfig marks the hub Secrets that hold member kubeconfigs; only those are
+// watched (and cached) by the manager.
+const LabelMemberKubeconfig = "rewind.dev/member-kubeconfig"
 
 // Options configure the manager.
 type Options struct {
@@ -46,6 +58,9 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		LeaderElection:          o.LeaderElection,
 		LeaderElectionID:        "rewind-controller.rewind.dev",
 		LeaderElectionNamespace: ns,
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&corev1.Secret{}: {Label: labels.SelectorFromSet(labels.Set{LabelMemberKubeconfig: "true"})},
+		}},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating the manager: %w", err)
@@ -64,6 +79,9 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 
 // setupReconcilers registers every reconciler with the manager.
 func setupReconcilers(mgr ctrl.Manager) error {
+	if err := (&MemberClusterReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the MemberCluster controller: %w", err)
+	}
 	return nil
 }
 

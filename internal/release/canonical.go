@@ -16,8 +16,8 @@ import (
 
 // Canonical serializes objs deterministically: one compact JSON object per line (keys sorted,
 // no HTML escaping), objects sorted by API group, kind, namespace and name (then version).
-// A null metadata.creationTimestamp and an empty status are dropped, as rendering tools add
-// them without meaning anything. The same objects give the same bytes whatever their order or
+// A null metadata.creationTimestamp and a status holding only empty values are dropped, as
+// rendering tools add them without meaning anything. The same objects give the same bytes whatever their order or
 // the files they came from. Two objects with the same group, kind, namespace and name are an
 // error: which one would win depends on the order they are applied in. objs are not modified.
 func Canonical(objs []*unstructured.Unstructured) ([]byte, error) {
@@ -89,7 +89,7 @@ func Parse(canonical []byte) ([]*unstructured.Unstructured, error) {
 }
 
 // normalize returns a shallow copy of obj without the fields that carry no meaning in a
-// manifest: a null metadata.creationTimestamp and an empty status.
+// manifest: a null metadata.creationTimestamp and an empty status (see isEmpty).
 func normalize(obj map[string]interface{}) map[string]interface{} {
 	m := make(map[string]interface{}, len(obj))
 	for k, v := range obj {
@@ -112,16 +112,29 @@ func normalize(obj map[string]interface{}) map[string]interface{} {
 	return m
 }
 
+// isEmpty reports whether v holds nothing: null, "", or maps and lists of only empty values
+// (such as the status {acceptedNames: {kind: ""}, conditions: []} older tools write into CRDs).
+// false and 0 are values.
 func isEmpty(v interface{}) bool {
 	switch t := v.(type) {
 	case nil:
 		return true
-	case map[string]interface{}:
-		return len(t) == 0
-	case []interface{}:
-		return len(t) == 0
 	case string:
 		return t == ""
+	case map[string]interface{}:
+		for _, e := range t {
+			if !isEmpty(e) {
+				return false
+			}
+		}
+		return true
+	case []interface{}:
+		for _, e := range t {
+			if !isEmpty(e) {
+				return false
+			}
+		}
+		return true
 	}
 	return false
 }
