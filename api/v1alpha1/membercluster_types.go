@@ -32,6 +32,7 @@ type MemberClusterSpec struct {
 	// +optional
 	// +kubebuilder:default="30s"
 	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="must be a duration such as 30s, 5m or 1h30m"
 	CheckInterval *metav1.Duration `json:"checkInterval,omitempty"`
 }

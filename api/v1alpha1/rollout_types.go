@@ -40,6 +40,7 @@ type Wave struct {
 	// bakeTime is how long health is re-checked after the wave before the next one starts.
 	// +optional
 	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="must be a duration such as 30s, 5m or 1h30m"
 	BakeTime *metav1.Duration `json:"bakeTime,omitempty"`
 	// requireApproval holds the wave until a person approves it (`rewind rollout approve`).
@@ -69,6 +70,7 @@ type HealthGates struct {
 	// +optional
 	// +kubebuilder:default="5m"
 	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="must be a duration such as 30s, 5m or 1h30m"
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 	// skipCustomResources turns off the check that every CR is Ready with observedGeneration

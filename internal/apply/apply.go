@@ -149,21 +149,24 @@ func WaitEstablished(ctx context.Context, c client.Client, crds []*unstructured.
 	for _, u := range crds {
 		var last string
 		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-			crd := &apiextensionsv1.CustomResourceDefinition{}
+			crd := &unstructured.Unstructured{}
+			crd.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"})
 			if err := c.Get(ctx, client.ObjectKey{Name: u.GetName()}, crd); err != nil {
 				last = err.Error()
 				return false, nil
 			}
+			conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
 			established, named := false, false
-			for _, cond := range crd.Status.Conditions {
-				if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
+			for _, ci := range conds {
+				cond, _ := ci.(map[string]any)
+				typ, status := fmt.Sprint(cond["type"]), fmt.Sprint(cond["status"])
+				switch {
+				case typ == string(apiextensionsv1.Established) && status == "True":
 					established = true
-				}
-				if cond.Type == apiextensionsv1.NamesAccepted && cond.Status == apiextensionsv1.ConditionTrue {
+				case typ == string(apiextensionsv1.NamesAccepted) && status == "True":
 					named = true
-				}
-				if cond.Type == apiextensionsv1.NamesAccepted && cond.Status == apiextensionsv1.ConditionFalse {
-					last = cond.Message
+				case typ == string(apiextensionsv1.NamesAccepted) && status == "False":
+					last = fmt.Sprint(cond["message"])
 				}
 			}
 			return established && named, nil

@@ -11,12 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/rewind-dev/rewind/internal/testbed"
 )
@@ -28,6 +30,7 @@ func Main(m *testing.M, opts testbed.Options, tb **testbed.Testbed) {
 }
 
 func run(m *testing.M, opts testbed.Options, tb **testbed.Testbed) int {
+	ctrllog.SetLogger(logr.Discard())
 	opts.HandleSignals = true
 	if opts.Log == nil {
 		opts.Log = os.Stderr

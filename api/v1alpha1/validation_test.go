@@ -1,0 +1,220 @@
+package v1alpha1_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/install"
+	"github.com/rewind-dev/rewind/internal/testbed"
+	"github.com/rewind-dev/rewind/internal/testbed/testenv"
+)
+
+// env is a hub-only testbed with the rewind.dev CRDs installed.
+var env *testbed.Testbed
+
+func TestMain(m *testing.M) {
+	testenv.Main(m, testbed.Options{}, &env)
+}
+
+const (
+	commit = "3f2a9c1e7b4d5a6f8e9d0c1b2a3f4e5d6c7b8a90"
+	digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+)
+
+var hubClient client.Client
+
+func hub(t *testing.T) client.Client {
+	t.Helper()
+	if hubClient != nil {
+		return hubClient
+	}
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = v1alpha1.AddToScheme(s)
+	c, err := client.New(env.Hub.RESTConfig(), client.Options{Scheme: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := install.Hub(ctx, c); err != nil {
+		t.Fatalf("installing the rewind CRDs: %v", err)
+	}
+	hubClient = c
+	return c
+}
+
+func goodRelease() *v1alpha1.OperatorRelease {
+	return &v1alpha1.OperatorRelease{
+		Spec: v1alpha1.OperatorReleaseSpec{
+			Operator: "mysql-operator", Version: "1.2.3", GitCommit: commit,
+			Image: "registry.example.com/mysql-operator:" + commit, Source: v1alpha1.SourceManifests, Digest: digest,
+		},
+	}
+}
+
+func goodRollout() *v1alpha1.Rollout {
+	return &v1alpha1.Rollout{
+		Spec: v1alpha1.RolloutSpec{
+			Operator: "mysql-operator", Release: "mysql-v2", InstallNamespace: "mysql-system",
+			Waves: []v1alpha1.Wave{
+				{Name: "canary", Clusters: []string{"member1"}, MaxConcurrency: 1},
+				{Name: "rest", Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod"}}, MaxConcurrency: 2},
+			},
+		},
+	}
+}
+
+func dur(s string) *metav1.Duration {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		panic(err)
+	}
+	return &metav1.Duration{Duration: d}
+}
+
+func TestReleaseAndRolloutValidation(t *testing.T) {
+	c := hub(t)
+	ns := testenv.Namespace(t, env.Hub.RESTConfig())
+	cases := []struct {
+		name string
+		// obj is sent to the API server.
+		obj client.Object
+		// field and message must appear in the rejection; empty means the object is accepted.
+		field, message string
+	}{
+		// Accepted objects.
+		{name: "release pinned by full commit tag", obj: goodRelease()},
+		{name: "release pinned by 7-hex commit prefix", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) { r.Image = "registry.example.com/op:" + commit[:7] })},
+		{name: "release pinned by digest", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) { r.Image = "registry.example.com/op@" + digest })},
+		{name: "release from a chart", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) {
+			r.Source = v1alpha1.SourceChart
+			r.Chart = &v1alpha1.ChartInfo{Name: "op", Version: "0.4.1", AppVersion: "1.2.3"}
+		})},
+		{name: "release from a bundle", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) {
+			r.Source = v1alpha1.SourceBundle
+			r.Bundle = &v1alpha1.BundleInfo{OperatorVersion: "1.2.3", Package: "op", Channel: "stable"}
+		})},
+		{name: "release with prerelease version", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) { r.Version = "2.0.0-rc.1+build.5" })},
+		{name: "rollout with two waves", obj: goodRollout()},
+		{name: "rollout with bake time and gates", obj: ro(func(r *v1alpha1.RolloutSpec) {
+			r.Waves[0].BakeTime = dur("30s")
+			r.HealthGates.Timeout = dur("2m30s")
+			r.FailurePolicy = v1alpha1.FailurePolicyPause
+		})},
+
+		// Rejected OperatorReleases.
+		{name: "image tag latest", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) { r.Image = "registry.example.com/op:latest" }), field: "spec.image", message: "must be pinned"},
+		{name: "image tag stable", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) { r.Image = "registry.example.com/op:stable" }), field: "spec.image", message: "mutable tags such as latest, stable"},
+		{name: "image tag main", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) { r.Image = "op:main" }), field: "spec.image", message: "must be pinned"},
+		{name: "image tag master", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) { r.Image = "op:master" }), field: "spec.image", message: "must be pinned"},
+		{name: "image tag dev", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) { r.Image = "op:dev" }), field: "spec.image", message: "must be pinned"},
+		{name: "image tag edge", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) { r.Image = "op:edge" }), field: "spec.image", message: "must be pinned"},
+		{name: "image semver tag", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) { r.Image = "op:v1.2.3" }), field: "spec.image", message: "must be pinned"},
+		{name: "image without tag", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) { r.Image = "registry.example.com:5000/op" }), field: "spec.image", message: "must be pinned"},
+		{name: "image tag of another commit", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) { r.Image = "op:deadbeefcafe" }), field: "spec.image", message: "tag equal to spec.gitCommit"},
+		{name: "image tag too short", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) { r.Image = "op:" + commit[:6] }), field: "spec.image", message: "at least its first 7 hex"},
+		{name: "image digest too short", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) { r.Image = "op@sha256:abc123" }), field: "spec.image", message: "repo@sha256:<64 hex>"},
+		{name: "version not semver", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) { r.Version = "1.2" }), field: "spec.version", message: "must be a SemVer version"},
+		{name: "version with leading zero", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) { r.Version = "01.2.3" }), field: "spec.version", message: "must be a SemVer version"},
+		{name: "git commit not hex", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) { r.GitCommit = "zzzzzzzzz"; r.Image = "op@" + digest }), field: "spec.gitCommit", message: "lowercase hex"},
+		{name: "git commit too short", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) { r.GitCommit = "abc12"; r.Image = "op@" + digest }), field: "spec.gitCommit", message: "at least 7"},
+		{name: "chart without appVersion", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) {
+			r.Source = v1alpha1.SourceChart
+			r.Chart = &v1alpha1.ChartInfo{Name: "op", Version: "0.4.1"}
+		}), field: "spec.chart.appVersion", message: "at least 1 chars long"},
+		{name: "chart version not semver", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) {
+			r.Source = v1alpha1.SourceChart
+			r.Chart = &v1alpha1.ChartInfo{Name: "op", Version: "four", AppVersion: "1.2.3"}
+		}), field: "spec.chart.version", message: "Chart.yaml version"},
+		{name: "chart source without chart", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) { r.Source = v1alpha1.SourceChart }), field: "spec.chart", message: "required when spec.source is Chart"},
+		{name: "bundle operatorVersion not semver", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) {
+			r.Source = v1alpha1.SourceBundle
+			r.Bundle = &v1alpha1.BundleInfo{OperatorVersion: "1.x"}
+		}), field: "spec.bundle.operatorVersion", message: "CSV spec.version"},
+		{name: "unknown source", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) { r.Source = "Kustomize" }), field: "spec.source", message: "Unsupported value"},
+		{name: "digest malformed", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) { r.Digest = "md5:abc" }), field: "spec.digest", message: "sha256:<64 lowercase hex>"},
+		{name: "operator name invalid", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) { r.Operator = "MySQL_Operator" }), field: "spec.operator", message: "should match"},
+
+		// Rejected Rollouts.
+		{name: "rollout without waves", obj: ro(func(r *v1alpha1.RolloutSpec) { r.Waves = nil }), field: "spec.waves", message: "Required value"},
+		{name: "rollout with empty waves", obj: ro(func(r *v1alpha1.RolloutSpec) { r.Waves = []v1alpha1.Wave{} }), field: "spec.waves", message: "at least 1 items"},
+		{name: "wave maxConcurrency 0", obj: ro(func(r *v1alpha1.RolloutSpec) { r.Waves[0].MaxConcurrency = -1 }), field: "spec.waves[0].maxConcurrency", message: "greater than or equal to 1"},
+		{name: "wave bake time invalid", obj: ro(func(r *v1alpha1.RolloutSpec) {
+			r.Waves[0].BakeTime = &metav1.Duration{Duration: -time.Second}
+		}), field: "spec.waves[0].bakeTime", message: "must be a duration"},
+		{name: "gate timeout invalid", obj: ro(func(r *v1alpha1.RolloutSpec) {
+			r.HealthGates.Timeout = &metav1.Duration{Duration: -time.Minute}
+		}), field: "spec.healthGates.timeout", message: "must be a duration"},
+		{name: "failure policy unknown", obj: ro(func(r *v1alpha1.RolloutSpec) { r.FailurePolicy = "RollForward" }), field: "spec.failurePolicy", message: "Unsupported value"},
+		{name: "release reference missing", obj: ro(func(r *v1alpha1.RolloutSpec) { r.Release = "" }), field: "spec.release", message: "at least 1 chars"},
+		{name: "wave selects nothing", obj: ro(func(r *v1alpha1.RolloutSpec) { r.Waves[0].Clusters = nil }), field: "spec.waves[0]", message: "set selector or clusters"},
+		{name: "wave selects both ways", obj: ro(func(r *v1alpha1.RolloutSpec) { r.Waves[0].Selector = &metav1.LabelSelector{} }), field: "spec.waves[0]", message: "not both"},
+		{name: "duplicate wave names", obj: ro(func(r *v1alpha1.RolloutSpec) { r.Waves[1].Name = "canary" }), field: "spec.waves", message: "wave names must be unique"},
+		{name: "snapshot retention 0", obj: ro(func(r *v1alpha1.RolloutSpec) { r.SnapshotRetention = -1 }), field: "spec.snapshotRetention", message: "greater than or equal to 1"},
+	}
+	rejected := 0
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.obj.SetNamespace(ns)
+			tc.obj.SetName("case-" + strings.ToLower(strings.ReplaceAll(tc.name, " ", "-"))[:min(40, len(tc.name))] + "-" + string(rune('a'+i%26)))
+			err := c.Create(t.Context(), tc.obj)
+			if tc.field == "" {
+				if err != nil {
+					t.Fatalf("want accepted, got %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("want rejected on %s (%q), but it was accepted", tc.field, tc.message)
+			}
+			if !apierrors.IsInvalid(err) {
+				t.Fatalf("want an Invalid error, got %v", err)
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, tc.field) || !strings.Contains(msg, tc.message) {
+				t.Fatalf("want the error to name %q with %q, got: %s", tc.field, tc.message, msg)
+			}
+			rejected++
+		})
+	}
+	if rejected < 20 {
+		t.Errorf("want at least 20 rejected objects, got %d", rejected)
+	}
+}
+
+func TestReleaseSpecIsImmutable(t *testing.T) {
+	c := hub(t)
+	ns := testenv.Namespace(t, env.Hub.RESTConfig())
+	r := goodRelease()
+	r.Name, r.Namespace = "immutable", ns
+	if err := c.Create(t.Context(), r); err != nil {
+		t.Fatal(err)
+	}
+	r.Spec.Version = "1.2.4"
+	err := c.Update(t.Context(), r)
+	if err == nil || !strings.Contains(err.Error(), "spec is immutable") {
+		t.Fatalf("want the update refused as immutable, got %v", err)
+	}
+}
+
+func rel(mut func(*v1alpha1.OperatorReleaseSpec)) *v1alpha1.OperatorRelease {
+	r := goodRelease()
+	mut(&r.Spec)
+	return r
+}
+
+func ro(mut func(*v1alpha1.RolloutSpec)) *v1alpha1.Rollout {
+	r := goodRollout()
+	mut(&r.Spec)
+	return r
+}
