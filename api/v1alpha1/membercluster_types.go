@@ -48,6 +48,9 @@ type InstalledRelease struct {
 	// version is the SemVer version.
 	// +optional
 	Version string `json:"version,omitempty"`
+	// namespace the operator is installed in.
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
 	// image is the operator image reference.
 	// +optional
 	Image string `json:"image,omitempty"`

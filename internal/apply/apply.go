@@ -10,6 +10,7 @@ import (
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -77,6 +78,24 @@ func Objects(ctx context.Context, c client.Client, objs []*unstructured.Unstruct
 	want := map[Stage]bool{}
 	for _, s := range o.Stages {
 		want[s] = true
+	}
+	if o.Namespace != "" {
+		// The install namespace is created if the manifests do not define it.
+		ns := &unstructured.Unstructured{}
+		ns.SetAPIVersion("v1")
+		ns.SetKind("Namespace")
+		ns.SetName(o.Namespace)
+		defined := false
+		for _, u := range byStage[StageRBAC] {
+			if u.GetKind() == "Namespace" && u.GetName() == o.Namespace {
+				defined = true
+			}
+		}
+		if !defined {
+			if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+				return nil, fmt.Errorf("creating namespace %s: %w", o.Namespace, err)
+			}
+		}
 	}
 	var applied []*unstructured.Unstructured
 	for st := StageCRDs; st <= StageWorkloads; st++ {

@@ -8,9 +8,8 @@ import (
 	"github.com/rewind-dev/rewind/internal/controller"
 )
 
-func newControllerCommand() *cobra.Command {
+func newControllerCommand(h *hubFlags) *cobra.Command {
 	var o controller.Options
-	var kubeconfig, kubeContext string
 	var devLog bool
 	cmd := &cobra.Command{
 		Use:   "controller",
@@ -20,7 +19,7 @@ func newControllerCommand() *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctrl.SetLogger(zap.New(zap.UseDevMode(devLog), zap.WriteTo(cmd.ErrOrStderr())))
-			cfg, err := restConfig(kubeconfig, kubeContext)
+			cfg, err := h.config()
 			if err != nil {
 				return err
 			}
@@ -32,8 +31,6 @@ func newControllerCommand() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the hub cluster (default: $KUBECONFIG, ~/.kube/config or in-cluster)")
-	f.StringVar(&kubeContext, "context", "", "kubeconfig context to use")
 	f.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint; 0 disables it")
 	f.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	f.BoolVar(&o.LeaderElection, "leader-elect", false, "elect a leader so that only one replica reconciles")

@@ -17,7 +17,12 @@ rolls every changed cluster back, exactly, including CRD storage versions.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newControllerCommand())
+	h := &hubFlags{}
+	h.register(root)
+	root.AddCommand(newControllerCommand(h))
+	root.AddCommand(newInstallCommand(h))
+	root.AddCommand(newClustersCommand(h))
+	root.AddCommand(newReleaseCommand(h))
 	root.AddCommand(newTestbedCommand())
 	root.AddCommand(newDemoCommand())
 	return root

@@ -40,6 +40,7 @@ type Record struct {
 	Operator      string    `json:"operator"`
 	Release       string    `json:"release"`
 	Version       string    `json:"version"`
+	Namespace     string    `json:"namespace,omitempty"`
 	Image         string    `json:"image"`
 	GitCommit     string    `json:"gitCommit"`
 	ChartVersion  string    `json:"chartVersion,omitempty"`
@@ -58,6 +59,7 @@ func (r Record) data() map[string]string {
 		"operator":      r.Operator,
 		"release":       r.Release,
 		"version":       r.Version,
+		"namespace":     r.Namespace,
 		"image":         r.Image,
 		"gitCommit":     r.GitCommit,
 		"chartVersion":  r.ChartVersion,
@@ -80,7 +82,7 @@ func (r Record) data() map[string]string {
 func recordFrom(cm *corev1.ConfigMap) Record {
 	d := cm.Data
 	r := Record{
-		Operator: d["operator"], Release: d["release"], Version: d["version"], Image: d["image"],
+		Operator: d["operator"], Release: d["release"], Version: d["version"], Namespace: d["namespace"], Image: d["image"],
 		GitCommit: d["gitCommit"], ChartVersion: d["chartVersion"], BundleVersion: d["bundleVersion"],
 		Digest: d["digest"], Rollout: d["rollout"], Snapshot: d["snapshot"],
 	}
@@ -96,7 +98,7 @@ func recordFrom(cm *corev1.ConfigMap) Record {
 // InstalledRelease converts the record to its API form.
 func (r Record) InstalledRelease() v1alpha1.InstalledRelease {
 	out := v1alpha1.InstalledRelease{
-		Operator: r.Operator, Release: r.Release, Version: r.Version, Image: r.Image, GitCommit: r.GitCommit,
+		Operator: r.Operator, Release: r.Release, Version: r.Version, Namespace: r.Namespace, Image: r.Image, GitCommit: r.GitCommit,
 		ChartVersion: r.ChartVersion, BundleVersion: r.BundleVersion, Digest: r.Digest, Rollout: r.Rollout, Snapshot: r.Snapshot,
 	}
 	if !r.InstalledAt.IsZero() {

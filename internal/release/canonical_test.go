@@ -332,4 +332,3 @@ func TestCRDInventorySortsAndSkips(t *testing.T) {
 		t.Errorf("inventory:\n got %+v\nwant %+v", got, want)
 	}
 }
-

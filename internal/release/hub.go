@@ -1,0 +1,107 @@
+package release
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/artifact"
+)
+
+// ArtifactKind labels the stored manifests of releases.
+const ArtifactKind = "release-manifests"
+
+// CreateResult says what Create did.
+type CreateResult string
+
+// Create results.
+const (
+	Created   CreateResult = "created"
+	Unchanged CreateResult = "unchanged"
+)
+
+// Create stores the canonical manifests content-addressed in the release's hub namespace
+// (never twice) and creates the OperatorRelease with its status (CRD inventory, counts,
+// artifact location). Creating the same release again is a no-op; a different release under
+// an existing name is an error, because releases are immutable.
+func Create(ctx context.Context, c client.Client, rel *v1alpha1.OperatorRelease, canonical []byte) (CreateResult, error) {
+	if got := Digest(canonical); got != rel.Spec.Digest {
+		return "", fmt.Errorf("release %s: spec.digest %s does not match the manifests (%s)", rel.Name, rel.Spec.Digest, got)
+	}
+	objs, err := Parse(canonical)
+	if err != nil {
+		return "", err
+	}
+	ref, err := artifact.Put(ctx, c, rel.Namespace, ArtifactKind, canonical)
+	if err != nil {
+		return "", err
+	}
+	status := v1alpha1.OperatorReleaseStatus{
+		CRDs:     CRDInventory(objs),
+		Objects:  int32(len(objs)),
+		Bytes:    int64(len(canonical)),
+		Artifact: ref.String(),
+	}
+	existing := &v1alpha1.OperatorRelease{}
+	err = c.Get(ctx, client.ObjectKeyFromObject(rel), existing)
+	result := Unchanged
+	switch {
+	case apierrors.IsNotFound(err):
+		if err := c.Create(ctx, rel); err != nil {
+			return "", fmt.Errorf("creating OperatorRelease %s/%s: %w", rel.Namespace, rel.Name, err)
+		}
+		existing = rel
+		result = Created
+	case err != nil:
+		return "", err
+	default:
+		if !equality.Semantic.DeepEqual(existing.Spec, rel.Spec) {
+			return "", fmt.Errorf("OperatorRelease %s/%s already exists with a different spec (version %s, digest %s; this one: version %s, digest %s): releases are immutable, create this one under a new name",
+				rel.Namespace, rel.Name, existing.Spec.Version, existing.Spec.Digest, rel.Spec.Version, rel.Spec.Digest)
+		}
+	}
+	want := existing.Status.DeepCopy()
+	want.CRDs, want.Objects, want.Bytes, want.Artifact = status.CRDs, status.Objects, status.Bytes, status.Artifact
+	meta.SetStatusCondition(&want.Conditions, metav1.Condition{
+		Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonStored,
+		Message: fmt.Sprintf("%d manifests stored at %s", len(objs), ref), ObservedGeneration: existing.Generation,
+	})
+	if !equality.Semantic.DeepEqual(*want, existing.Status) {
+		base := existing.DeepCopy()
+		existing.Status = *want
+		if err := c.Status().Patch(ctx, existing, client.MergeFrom(base)); err != nil {
+			return "", fmt.Errorf("setting the status of OperatorRelease %s/%s: %w", rel.Namespace, rel.Name, err)
+		}
+		*rel = *existing
+	}
+	return result, nil
+}
+
+// Load reads an OperatorRelease and its manifests (verified against the digest).
+func Load(ctx context.Context, c client.Reader, namespace, name string) (*v1alpha1.OperatorRelease, []*unstructured.Unstructured, error) {
+	rel := &v1alpha1.OperatorRelease{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, rel); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil, fmt.Errorf("OperatorRelease %s/%s not found (list them with `kubectl get operatorreleases -n %s`)", namespace, name, namespace)
+		}
+		return nil, nil, err
+	}
+	objs, err := Manifests(ctx, c, rel)
+	return rel, objs, err
+}
+
+// Manifests reads the stored manifests of rel, verified against spec.digest.
+func Manifests(ctx context.Context, c client.Reader, rel *v1alpha1.OperatorRelease) ([]*unstructured.Unstructured, error) {
+	b, err := artifact.Get(ctx, c, rel.Namespace, rel.Spec.Digest)
+	if err != nil {
+		return nil, fmt.Errorf("manifests of release %s: %w", rel.Name, err)
+	}
+	return Parse(b)
+}
