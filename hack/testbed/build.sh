@@ -19,7 +19,9 @@ ver() { awk -v m="$1" '$1 == m && $2 ~ /^v/ {print $2; exit}' "$here/go.mod"; }
 k8s=$(ver k8s.io/kubernetes)
 etcd=$(ver go.etcd.io/etcd/server/v3)
 kwok=$(ver sigs.k8s.io/kwok)
-key="k8s-${k8s}_etcd-${etcd}_kwok-${kwok}"
+# The recipe number changes when the way the binaries are built changes (e.g. link flags).
+recipe=2
+key="k8s-${k8s}_etcd-${etcd}_kwok-${kwok}_r${recipe}"
 bin="$out_root/$key"
 if [ "${1:-}" = "--print-dir" ]; then
 	echo "$bin"
@@ -31,8 +33,16 @@ cd "$here"
 export CGO_ENABLED=0
 start_all=$(date +%s)
 
+# Kubernetes binaries report their version from link-time variables (as its own build does).
+minor=$(echo "$k8s" | cut -d. -f2)
+kv=k8s.io/component-base/version
+cv=k8s.io/client-go/pkg/version
+k8s_ldflags="-X $kv.gitVersion=$k8s -X $kv.gitMajor=1 -X $kv.gitMinor=$minor -X $kv.gitTreeState=clean -X $kv.buildDate=1970-01-01T00:00:00Z"
+k8s_ldflags="$k8s_ldflags -X $cv.gitVersion=$k8s -X $cv.gitMajor=1 -X $cv.gitMinor=$minor"
+
 build() { # name package
-	local name=$1 pkg=$2
+	local name=$1 pkg=$2 ldflags="-s -w"
+	case "$pkg" in k8s.io/kubernetes/*) ldflags="$ldflags $k8s_ldflags" ;; esac
 	if [ -x "$bin/$name" ]; then
 		echo "testbed-bins: $name is cached ($bin/$name)" >&2
 		return
@@ -40,7 +50,7 @@ build() { # name package
 	echo "testbed-bins: building $name from $pkg ..." >&2
 	local start
 	start=$(date +%s)
-	go build -trimpath -ldflags='-s -w' -o "$bin/$name.tmp" "$pkg" &
+	go build -trimpath -ldflags="$ldflags" -o "$bin/$name.tmp" "$pkg" &
 	local pid=$!
 	while kill -0 "$pid" 2>/dev/null; do
 		for _ in $(seq 1 30); do

@@ -40,6 +40,7 @@ func newClustersCommand(h *hubFlags) *cobra.Command {
 func newClustersAddCommand(h *hubFlags) *cobra.Command {
 	var memberKubeconfig, memberContext, hubKubeconfig string
 	var labels []string
+	var checkInterval time.Duration
 	cmd := &cobra.Command{
 		Use:   "add NAME --kubeconfig FILE",
 		Short: "Register a member cluster: store its kubeconfig in a hub Secret and create its MemberCluster",
@@ -99,6 +100,13 @@ rewind-system/member-NAME-kubeconfig; it is never printed. Running add again upd
 					return fmt.Errorf("updating Secret %s/%s: %w", kubeconfigNamespace, secretName, err)
 				}
 			}
+			if checkInterval < 0 {
+				return fmt.Errorf("--check-interval must be positive, got %s", checkInterval)
+			}
+			var interval *metav1.Duration
+			if checkInterval > 0 {
+				interval = &metav1.Duration{Duration: checkInterval}
+			}
 			mc := &v1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: name}}
 			err = c.Get(ctx, client.ObjectKeyFromObject(mc), mc)
 			ref := v1alpha1.SecretKeyRef{Namespace: kubeconfigNamespace, Name: secretName, Key: member.DefaultKubeconfigKey}
@@ -106,6 +114,7 @@ rewind-system/member-NAME-kubeconfig; it is never printed. Running add again upd
 			case apierrors.IsNotFound(err):
 				mc.Labels = lbls
 				mc.Spec.KubeconfigSecretRef = ref
+				mc.Spec.CheckInterval = interval
 				if err := c.Create(ctx, mc); err != nil {
 					return hubError(fmt.Errorf("creating MemberCluster %s: %w", name, err))
 				}
@@ -120,6 +129,9 @@ rewind-system/member-NAME-kubeconfig; it is never printed. Running add again upd
 					mc.Labels[k] = v
 				}
 				mc.Spec.KubeconfigSecretRef = ref
+				if interval != nil {
+					mc.Spec.CheckInterval = interval
+				}
 				if err := c.Update(ctx, mc); err != nil {
 					return hubError(fmt.Errorf("updating MemberCluster %s: %w", name, err))
 				}
@@ -131,6 +143,7 @@ rewind-system/member-NAME-kubeconfig; it is never printed. Running add again upd
 	cmd.Flags().StringVar(&memberKubeconfig, "kubeconfig", "", "kubeconfig FILE of the member cluster (required)")
 	cmd.Flags().StringVar(&memberContext, "member-context", "", "context of the member kubeconfig to use (default: its current context)")
 	cmd.Flags().StringVar(&hubKubeconfig, "hub-kubeconfig", "", "kubeconfig of the hub (default: $KUBECONFIG or ~/.kube/config)")
+	cmd.Flags().DurationVar(&checkInterval, "check-interval", 0, "how often the controller re-checks the member (default 30s)")
 	cmd.Flags().StringArrayVar(&labels, "label", nil, "label k=v for the MemberCluster (repeatable); wave selectors match these")
 	return cmd
 }

@@ -27,8 +27,8 @@ func newReleaseCommand(h *hubFlags) *cobra.Command {
 // releaseCreateOptions are the flags of `rewind release create`.
 type releaseCreateOptions struct {
 	operator, version, gitCommit, image string
-	manifests, chart, values, bundle   string
-	installNamespace, output           string
+	manifests, chart, values, bundle    string
+	installNamespace, output            string
 }
 
 func newReleaseCreateCommand(h *hubFlags) *cobra.Command {

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 
@@ -43,6 +44,8 @@ type Options struct {
 	// LeaderElectionNamespace is where the lease lives (default: the in-cluster namespace, or
 	// rewind-system out of cluster).
 	LeaderElectionNamespace string
+	// SkipNameValidation allows several managers in one process (tests).
+	SkipNameValidation bool
 }
 
 // NewManager builds the manager with health and readiness checks and every reconciler.
@@ -58,6 +61,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		LeaderElection:          o.LeaderElection,
 		LeaderElectionID:        "rewind-controller.rewind.dev",
 		LeaderElectionNamespace: ns,
+		Controller: config.Controller{SkipNameValidation: &o.SkipNameValidation},
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&corev1.Secret{}: {Label: labels.SelectorFromSet(labels.Set{LabelMemberKubeconfig: "true"})},
 		}},
