@@ -61,7 +61,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		LeaderElection:          o.LeaderElection,
 		LeaderElectionID:        "rewind-controller.rewind.dev",
 		LeaderElectionNamespace: ns,
-		Controller: config.Controller{SkipNameValidation: &o.SkipNameValidation},
+		Controller:              config.Controller{SkipNameValidation: &o.SkipNameValidation},
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&corev1.Secret{}: {Label: labels.SelectorFromSet(labels.Set{LabelMemberKubeconfig: "true"})},
 		}},

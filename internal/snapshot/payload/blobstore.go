@@ -1,0 +1,106 @@
+package payload
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/url"
+	"path"
+
+	"gocloud.dev/blob"
+	_ "gocloud.dev/blob/fileblob" // file://
+	_ "gocloud.dev/blob/memblob"  // mem://
+	_ "gocloud.dev/blob/s3blob"   // s3://
+	"gocloud.dev/gcerrors"
+)
+
+// BlobStore keeps each payload as an object in a gocloud.dev/blob bucket (S3 or an
+// S3-compatible service, a local folder through file://, or memory). Objects are written
+// atomically: an interrupted Put leaves no object.
+type BlobStore struct {
+	bucket *blob.Bucket
+	base   url.URL // for locations: scheme, bucket and prefix
+	prefix string
+}
+
+var _ Store = (*BlobStore)(nil)
+
+// OpenBlobStore opens the bucket at urlstr with blob.OpenBucket (file://, mem:// and s3://
+// drivers are linked in).
+func OpenBlobStore(ctx context.Context, urlstr string) (*BlobStore, error) {
+	u, err := url.Parse(urlstr)
+	if err != nil {
+		return nil, fmt.Errorf("payload store URL %q: %w", urlstr, err)
+	}
+	b, err := blob.OpenBucket(ctx, urlstr)
+	if err != nil {
+		return nil, fmt.Errorf("payload store: %w", err)
+	}
+	prefix := u.Query().Get("prefix")
+	base := url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}
+	return &BlobStore{bucket: b, base: base, prefix: prefix}, nil
+}
+
+// NewBlobStore uses an open bucket; location is the URL prefix of the locations Put returns
+// (e.g. "s3://bucket/snapshots").
+func NewBlobStore(b *blob.Bucket, location string) (*BlobStore, error) {
+	u, err := url.Parse(location)
+	if err != nil {
+		return nil, fmt.Errorf("payload store location %q: %w", location, err)
+	}
+	return &BlobStore{bucket: b, base: url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}}, nil
+}
+
+// Put implements Store. The location is the bucket URL with the object key as path.
+func (s *BlobStore) Put(ctx context.Context, name string, r io.Reader) (string, int64, error) {
+	if err := validateName(name); err != nil {
+		return "", 0, err
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := s.bucket.NewWriter(wctx, name, &blob.WriterOptions{ContentType: "application/octet-stream"})
+	if err != nil {
+		return "", 0, fmt.Errorf("payload store: writing %s: %w", name, err)
+	}
+	size, err := io.Copy(w, r)
+	if err != nil {
+		cancel() // aborts the write: nothing is stored
+		_ = w.Close()
+		return "", 0, fmt.Errorf("payload store: writing %s: %w", name, err)
+	}
+	if err := w.Close(); err != nil {
+		return "", 0, fmt.Errorf("payload store: writing %s: %w", name, err)
+	}
+	loc := s.base
+	loc.Path = path.Join("/", loc.Path, s.prefix+name)
+	return loc.String(), size, nil
+}
+
+// Get implements Store.
+func (s *BlobStore) Get(ctx context.Context, name string) (io.ReadCloser, error) {
+	if err := validateName(name); err != nil {
+		return nil, err
+	}
+	rd, err := s.bucket.NewReader(ctx, name, nil)
+	if gcerrors.Code(err) == gcerrors.NotFound {
+		return nil, fmt.Errorf("payload %q: %w", name, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("payload store: reading %s: %w", name, err)
+	}
+	return rd, nil
+}
+
+// Delete implements Store.
+func (s *BlobStore) Delete(ctx context.Context, name string) error {
+	if err := validateName(name); err != nil {
+		return err
+	}
+	if err := s.bucket.Delete(ctx, name); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+		return fmt.Errorf("payload store: deleting %s: %w", name, err)
+	}
+	return nil
+}
+
+// Close closes the bucket.
+func (s *BlobStore) Close() error { return s.bucket.Close() }
