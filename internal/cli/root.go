@@ -23,6 +23,7 @@ rolls every changed cluster back, exactly, including CRD storage versions.`,
 	root.AddCommand(newInstallCommand(h))
 	root.AddCommand(newClustersCommand(h))
 	root.AddCommand(newReleaseCommand(h))
+	root.AddCommand(newSnapshotCommand(h))
 	root.AddCommand(newTestbedCommand())
 	root.AddCommand(newDemoCommand())
 	return root

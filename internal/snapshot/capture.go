@@ -371,26 +371,26 @@ func (c *capturer) resourceFor(gvk schema.GroupVersionKind) (schema.GroupVersion
 		res        string
 		namespaced bool
 	}{
-		{Kind: "Namespace"}: {"namespaces", false},
-		{Kind: "ServiceAccount"}: {"serviceaccounts", true},
-		{Kind: "Service"}: {"services", true},
-		{Kind: "ConfigMap"}: {"configmaps", true},
-		{Kind: "Secret"}: {"secrets", true},
-		{Kind: "PersistentVolumeClaim"}: {"persistentvolumeclaims", true},
-		{Group: "apps", Kind: "Deployment"}: {"deployments", true},
-		{Group: "apps", Kind: "StatefulSet"}: {"statefulsets", true},
-		{Group: "apps", Kind: "DaemonSet"}: {"daemonsets", true},
-		{Group: "batch", Kind: "Job"}: {"jobs", true},
-		{Group: "rbac.authorization.k8s.io", Kind: "Role"}: {"roles", true},
-		{Group: "rbac.authorization.k8s.io", Kind: "RoleBinding"}: {"rolebindings", true},
-		{Group: "rbac.authorization.k8s.io", Kind: "ClusterRole"}: {"clusterroles", false},
+		{Kind: "Namespace"}:                                              {"namespaces", false},
+		{Kind: "ServiceAccount"}:                                         {"serviceaccounts", true},
+		{Kind: "Service"}:                                                {"services", true},
+		{Kind: "ConfigMap"}:                                              {"configmaps", true},
+		{Kind: "Secret"}:                                                 {"secrets", true},
+		{Kind: "PersistentVolumeClaim"}:                                  {"persistentvolumeclaims", true},
+		{Group: "apps", Kind: "Deployment"}:                              {"deployments", true},
+		{Group: "apps", Kind: "StatefulSet"}:                             {"statefulsets", true},
+		{Group: "apps", Kind: "DaemonSet"}:                               {"daemonsets", true},
+		{Group: "batch", Kind: "Job"}:                                    {"jobs", true},
+		{Group: "rbac.authorization.k8s.io", Kind: "Role"}:               {"roles", true},
+		{Group: "rbac.authorization.k8s.io", Kind: "RoleBinding"}:        {"rolebindings", true},
+		{Group: "rbac.authorization.k8s.io", Kind: "ClusterRole"}:        {"clusterroles", false},
 		{Group: "rbac.authorization.k8s.io", Kind: "ClusterRoleBinding"}: {"clusterrolebindings", false},
 		{Group: "admissionregistration.k8s.io", Kind: "ValidatingWebhookConfiguration"}: {"validatingwebhookconfigurations", false},
-		{Group: "admissionregistration.k8s.io", Kind: "MutatingWebhookConfiguration"}: {"mutatingwebhookconfigurations", false},
-		{Group: "policy", Kind: "PodDisruptionBudget"}: {"poddisruptionbudgets", true},
-		{Group: "coordination.k8s.io", Kind: "Lease"}: {"leases", true},
-		{Group: "networking.k8s.io", Kind: "NetworkPolicy"}: {"networkpolicies", true},
-		{Group: "scheduling.k8s.io", Kind: "PriorityClass"}: {"priorityclasses", false},
+		{Group: "admissionregistration.k8s.io", Kind: "MutatingWebhookConfiguration"}:   {"mutatingwebhookconfigurations", false},
+		{Group: "policy", Kind: "PodDisruptionBudget"}:                                  {"poddisruptionbudgets", true},
+		{Group: "coordination.k8s.io", Kind: "Lease"}:                                   {"leases", true},
+		{Group: "networking.k8s.io", Kind: "NetworkPolicy"}:                             {"networkpolicies", true},
+		{Group: "scheduling.k8s.io", Kind: "PriorityClass"}:                             {"priorityclasses", false},
 	}
 	if k, ok := known[gvk.GroupKind()]; ok {
 		return gvk.GroupVersion().WithResource(k.res), k.namespaced, nil
@@ -496,4 +496,3 @@ func (c *capturer) captureChildren(ctx context.Context) error {
 func IsSecret(u *unstructured.Unstructured) bool {
 	return u.GetAPIVersion() == "v1" && u.GetKind() == "Secret"
 }
-

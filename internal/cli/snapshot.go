@@ -1,0 +1,383 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/member"
+	"github.com/rewind-dev/rewind/internal/release"
+	"github.com/rewind-dev/rewind/internal/snapshot"
+)
+
+func newSnapshotCommand(h *hubFlags) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "snapshot",
+		Aliases: []string{"snapshots", "snap"},
+		Short:   "Take, list, show, diff and verify snapshots of an operator's state on a member cluster",
+	}
+	cmd.AddCommand(newSnapshotTakeCommand(h), newSnapshotListCommand(h), newSnapshotShowCommand(h),
+		newSnapshotDiffCommand(h), newSnapshotVerifyCommand(h))
+	return cmd
+}
+
+// memberConfig returns the client configuration of a registered member.
+func memberConfig(ctx context.Context, c client.Client, cluster string) (*v1alpha1.MemberCluster, *rest.Config, error) {
+	mc := &v1alpha1.MemberCluster{}
+	if err := c.Get(ctx, client.ObjectKey{Name: cluster}, mc); err != nil {
+		return nil, nil, hubError(fmt.Errorf("member cluster %q: %w (register it with `rewind clusters add`)", cluster, err))
+	}
+	cfg, err := member.ConfigFor(ctx, c, mc)
+	return mc, cfg, err
+}
+
+// captureOptionsFor works out what to capture for an operator on a member: the installed
+// release (from the member's record, or relName) and its manifests.
+func captureOptionsFor(ctx context.Context, c client.Client, cfg *rest.Config, ns, operator, relName string) (snapshot.Options, error) {
+	mcl, err := client.New(cfg, client.Options{Scheme: member.Scheme})
+	if err != nil {
+		return snapshot.Options{}, err
+	}
+	rec, err := member.ReadRecord(ctx, mcl, operator)
+	if err != nil {
+		return snapshot.Options{}, err
+	}
+	installNS := ""
+	if relName == "" {
+		if rec == nil {
+			return snapshot.Options{}, fmt.Errorf("operator %s has no installed-version record on this member: pass --release to say which release's CRDs and objects to capture", operator)
+		}
+		relName, installNS = rec.Release, rec.Namespace
+	}
+	rel, objs, err := release.Load(ctx, c, ns, relName)
+	if err != nil {
+		return snapshot.Options{}, hubError(err)
+	}
+	if installNS == "" {
+		installNS = operator + "-system"
+		if rec != nil && rec.Namespace != "" {
+			installNS = rec.Namespace
+		}
+	}
+	return snapshot.Options{Operator: operator, Release: rel.Name, Version: rel.Spec.Version, Namespace: installNS, Manifests: objs}, nil
+}
+
+func newSnapshotTakeCommand(h *hubFlags) *cobra.Command {
+	var cluster, operator, relName, storeURL, name, reason, output string
+	var retention int
+	cmd := &cobra.Command{
+		Use:   "take --cluster C --operator O",
+		Short: "Capture an operator's CRDs, custom resources (with status) and associated resources on a member",
+		Example: `  rewind snapshot take --cluster prod-eu-1 --operator mysql-operator
+  rewind snapshot take --cluster prod-eu-1 --operator mysql-operator --store dir:///var/backups/rewind`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cluster == "" || operator == "" {
+				return fmt.Errorf("--cluster and --operator are required")
+			}
+			ctx := cmd.Context()
+			c, err := h.client()
+			if err != nil {
+				return err
+			}
+			_, cfg, err := memberConfig(ctx, c, cluster)
+			if err != nil {
+				return err
+			}
+			opts, err := captureOptionsFor(ctx, c, cfg, h.ns(), operator, relName)
+			if err != nil {
+				return err
+			}
+			if reason == "" {
+				reason = "manual (rewind snapshot take)"
+			}
+			hub := &snapshot.Hub{Client: c}
+			snap, err := hub.Take(ctx, cfg, snapshot.Request{
+				Name: name, Namespace: h.ns(), Cluster: cluster, Reason: reason, StoreURL: storeURL, Retention: retention, Capture: opts,
+			})
+			if err != nil {
+				return err
+			}
+			if ok, err := printStructured(cmd.OutOrStdout(), output, snap); ok {
+				return err
+			}
+			s := snap.Status
+			fmt.Fprintf(cmd.OutOrStdout(), "snapshot/%s taken: %d CRDs, %d CRs, %d associated objects, %d bytes (%d stored), %s\n",
+				snap.Name, s.Counts.CRDs, s.Counts.CustomResources, s.Counts.Associated, s.Bytes, s.StoredBytes, s.Checksum)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cluster, "cluster", "", "member cluster (required)")
+	f.StringVar(&operator, "operator", "", "operator (required)")
+	f.StringVar(&relName, "release", "", "release whose CRDs and objects to capture (default: the member's installed release)")
+	f.StringVar(&storeURL, "store", "", "payload store: secrets://NAMESPACE (default: the snapshot's namespace), dir:///PATH, or a gocloud.dev/blob URL (file://, mem://, s3://)")
+	f.StringVar(&name, "name", "", "snapshot name (default CLUSTER-OPERATOR-TIME)")
+	f.StringVar(&reason, "reason", "", "why the snapshot is taken")
+	f.IntVar(&retention, "retention", snapshot.DefaultRetention, "snapshots kept per cluster and operator (never one a Rollout references); -1 keeps all")
+	outputFlag(cmd, &output)
+	return cmd
+}
+
+func getSnapshot(ctx context.Context, c client.Client, ns, name string) (*v1alpha1.Snapshot, error) {
+	snap := &v1alpha1.Snapshot{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, snap); err != nil {
+		return nil, hubError(fmt.Errorf("snapshot %s/%s: %w (list them with `rewind snapshot list`)", ns, name, err))
+	}
+	return snap, nil
+}
+
+func newSnapshotListCommand(h *hubFlags) *cobra.Command {
+	var output, cluster, operator string
+	cmd := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List snapshots, newest first",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := h.client()
+			if err != nil {
+				return err
+			}
+			sel := client.MatchingLabels{}
+			if cluster != "" {
+				sel[snapshot.LabelCluster] = cluster
+			}
+			if operator != "" {
+				sel[snapshot.LabelOperator] = operator
+			}
+			var list v1alpha1.SnapshotList
+			if err := c.List(cmd.Context(), &list, client.InNamespace(h.ns()), sel); err != nil {
+				return hubError(err)
+			}
+			sort.Slice(list.Items, func(i, j int) bool {
+				return list.Items[i].CreationTimestamp.After(list.Items[j].CreationTimestamp.Time)
+			})
+			if ok, err := printStructured(cmd.OutOrStdout(), output, &list); ok {
+				return err
+			}
+			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "NAME\tCLUSTER\tOPERATOR\tRELEASE\tCRS\tASSOCIATED\tBYTES\tREADY\tAGE\tREASON")
+			for _, s := range list.Items {
+				ready := "False"
+				if meta.IsStatusConditionTrue(s.Status.Conditions, v1alpha1.ConditionReady) {
+					ready = "True"
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", s.Name, s.Spec.Cluster, s.Spec.Operator, dash(s.Spec.Release),
+					s.Status.Counts.CustomResources, s.Status.Counts.Associated, s.Status.Bytes, ready,
+					duration.HumanDuration(time.Since(s.CreationTimestamp.Time)), s.Spec.Reason)
+			}
+			return w.Flush()
+		},
+	}
+	outputFlag(cmd, &output)
+	cmd.Flags().StringVar(&cluster, "cluster", "", "only snapshots of this member")
+	cmd.Flags().StringVar(&operator, "operator", "", "only snapshots of this operator")
+	return cmd
+}
+
+// ObjectRow is one object of a snapshot, as `snapshot show` lists it.
+type ObjectRow struct {
+	Section   string   `json:"section"`
+	Kind      string   `json:"kind"`
+	Namespace string   `json:"namespace,omitempty"`
+	Name      string   `json:"name"`
+	UID       string   `json:"uid,omitempty"`
+	Phase     string   `json:"phase,omitempty"`
+	Keys      []string `json:"secretKeys,omitempty"`
+}
+
+func newSnapshotShowCommand(h *hubFlags) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "show NAME",
+		Short: "List the objects in a snapshot (Secret values are never shown)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := h.client()
+			if err != nil {
+				return err
+			}
+			snap, err := getSnapshot(ctx, c, h.ns(), args[0])
+			if err != nil {
+				return err
+			}
+			hub := &snapshot.Hub{Client: c}
+			_, entries, err := hub.Load(ctx, snap)
+			if err != nil {
+				return err
+			}
+			rows := make([]ObjectRow, 0, len(entries))
+			for _, e := range entries {
+				gvk := e.Object.GroupVersionKind()
+				r := ObjectRow{Section: e.Section, Kind: gvk.GroupKind().String(), Namespace: e.Object.GetNamespace(), Name: e.Object.GetName(), UID: string(e.Object.GetUID())}
+				r.Phase, _, _ = unstructuredString(e.Object.Object, "status", "phase")
+				if snapshot.IsSecret(e.Object) {
+					data, _ := e.Object.Object["data"].(map[string]any)
+					for k := range data {
+						r.Keys = append(r.Keys, k)
+					}
+					sort.Strings(r.Keys)
+				}
+				rows = append(rows, r)
+			}
+			if ok, err := printStructured(cmd.OutOrStdout(), output, map[string]any{"snapshot": snap.Name, "objects": rows}); ok {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "Snapshot %s of %s on %s (release %s), captured %s, checksum %s\n\n", snap.Name, snap.Spec.Operator, snap.Spec.Cluster,
+				dash(snap.Spec.Release), snap.Status.CapturedAt, snap.Status.Checksum)
+			w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "SECTION\tKIND\tNAMESPACE\tNAME\tPHASE\tDATA")
+			for _, r := range rows {
+				data := "-"
+				if r.Kind == "Secret" {
+					data = "keys " + strings.Join(r.Keys, ",") + " (values redacted)"
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Section, r.Kind, dash(r.Namespace), r.Name, dash(r.Phase), data)
+			}
+			return w.Flush()
+		},
+	}
+	outputFlag(cmd, &output)
+	return cmd
+}
+
+func unstructuredString(obj map[string]any, fields ...string) (string, bool, error) {
+	var cur any = obj
+	for _, f := range fields {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return "", false, nil
+		}
+		cur = m[f]
+	}
+	s, ok := cur.(string)
+	return s, ok, nil
+}
+
+func newSnapshotDiffCommand(h *hubFlags) *cobra.Command {
+	var output string
+	var live bool
+	cmd := &cobra.Command{
+		Use:   "diff NAME [--live | NAME2]",
+		Short: "Show which objects and fields changed between a snapshot and the live cluster or another snapshot",
+		Example: `  rewind snapshot diff member1-mysql-operator-20260101-120000 --live
+  rewind snapshot diff SNAP_BEFORE SNAP_AFTER -o json`,
+		Args: cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if live == (len(args) == 2) {
+				return fmt.Errorf("compare with either --live or a second snapshot NAME2")
+			}
+			ctx := cmd.Context()
+			c, err := h.client()
+			if err != nil {
+				return err
+			}
+			hub := &snapshot.Hub{Client: c}
+			snap, err := getSnapshot(ctx, c, h.ns(), args[0])
+			if err != nil {
+				return err
+			}
+			hdr, from, err := hub.Load(ctx, snap)
+			if err != nil {
+				return err
+			}
+			var to []snapshot.Entry
+			target := "the live cluster " + snap.Spec.Cluster
+			if live {
+				_, cfg, err := memberConfig(ctx, c, snap.Spec.Cluster)
+				if err != nil {
+					return err
+				}
+				opts, err := captureOptionsFor(ctx, c, cfg, h.ns(), snap.Spec.Operator, snap.Spec.Release)
+				if err != nil {
+					return err
+				}
+				if hdr.Namespace != "" {
+					opts.Namespace = hdr.Namespace
+				}
+				var buf bytes.Buffer
+				if _, err := snapshot.Capture(ctx, cfg, opts, &buf); err != nil {
+					return err
+				}
+				if _, to, err = snapshot.ReadAll(&buf); err != nil {
+					return err
+				}
+			} else {
+				other, err := getSnapshot(ctx, c, h.ns(), args[1])
+				if err != nil {
+					return err
+				}
+				if _, to, err = hub.Load(ctx, other); err != nil {
+					return err
+				}
+				target = "snapshot " + other.Name
+			}
+			changes := snapshot.Diff(from, to)
+			if ok, err := printStructured(cmd.OutOrStdout(), output, changes); ok {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if len(changes) == 0 {
+				fmt.Fprintf(out, "No changes between snapshot %s and %s\n", snap.Name, target)
+				return nil
+			}
+			fmt.Fprintf(out, "%d objects differ between snapshot %s and %s:\n", len(changes), snap.Name, target)
+			for _, ch := range changes {
+				fmt.Fprintf(out, "%-8s %s\n", ch.Type, ch.Object)
+				for _, f := range ch.Fields {
+					fmt.Fprintf(out, "           %s: %s -> %s\n", f.Path, orAbsent(f.Old), orAbsent(f.New))
+				}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&live, "live", false, "compare with the live member cluster")
+	outputFlag(cmd, &output)
+	return cmd
+}
+
+func orAbsent(s string) string {
+	if s == "" {
+		return "(absent)"
+	}
+	return s
+}
+
+func newSnapshotVerifyCommand(h *hubFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "verify NAME",
+		Short: "Decrypt a snapshot's payload and check it against its checksum",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := h.client()
+			if err != nil {
+				return err
+			}
+			snap, err := getSnapshot(ctx, c, h.ns(), args[0])
+			if err != nil {
+				return err
+			}
+			hub := &snapshot.Hub{Client: c}
+			if err := hub.Verify(ctx, snap); err != nil {
+				return fmt.Errorf("snapshot %s FAILED verification: %w", snap.Name, err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "snapshot %s verified: %s, %d bytes\n", snap.Name, snap.Status.Checksum, snap.Status.Bytes)
+			return nil
+		},
+	}
+}

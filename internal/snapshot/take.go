@@ -1,0 +1,353 @@
+package snapshot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/snapshot/payload"
+)
+
+// Labels on Snapshot objects.
+const (
+	LabelCluster  = "rewind.dev/cluster"
+	LabelOperator = "rewind.dev/operator"
+	// KeyNamespace holds the hub Secret with the default key-encryption key.
+	KeyNamespace = "rewind-system"
+	// DefaultRetention is how many snapshots are kept per cluster and operator.
+	DefaultRetention = 10
+)
+
+// Request says what to take.
+type Request struct {
+	// Name of the Snapshot; empty generates one. Taking an existing, complete snapshot again
+	// returns it unchanged (so a resumed rollout never captures twice).
+	Name string
+	// Namespace of the Snapshot in the hub.
+	Namespace string
+	// Cluster is the MemberCluster name.
+	Cluster string
+	// Reason and Rollout are recorded on the Snapshot.
+	Reason, Rollout string
+	// StoreURL is where the payload goes (default secrets://<Namespace>).
+	StoreURL string
+	// Retention keeps this many snapshots per cluster and operator (default 10; <0 disables).
+	Retention int
+	// Capture says what to capture.
+	Capture Options
+}
+
+// Hub is what taking and reading snapshots needs of the hub.
+type Hub struct {
+	Client client.Client
+	// KEK wraps data keys; nil loads the default key from the hub Secret
+	// rewind-system/rewind-snapshot-key (created on first use).
+	KEK payload.KeyWrapper
+}
+
+func (h *Hub) kek(ctx context.Context) (payload.KeyWrapper, error) {
+	if h.KEK != nil {
+		return h.KEK, nil
+	}
+	k, err := payload.HubKEK(ctx, h.Client, KeyNamespace)
+	if err != nil {
+		return nil, fmt.Errorf("loading the snapshot key: %w", err)
+	}
+	h.KEK = k
+	return k, nil
+}
+
+// GenerateName returns a snapshot name for a cluster and operator at time t.
+func GenerateName(cluster, operator string, t time.Time) string {
+	n := fmt.Sprintf("%s-%s-%s", cluster, operator, t.UTC().Format("20060102-150405"))
+	if len(n) > 253 {
+		n = n[len(n)-253:]
+	}
+	return strings.Trim(n, "-.")
+}
+
+// Take captures the member of cfg, stores the encrypted payload and records a Snapshot in the
+// hub with its metadata. It is idempotent by name.
+func (h *Hub) Take(ctx context.Context, cfg *rest.Config, r Request) (*v1alpha1.Snapshot, error) {
+	if r.Name == "" {
+		r.Name = GenerateName(r.Cluster, r.Capture.Operator, time.Now())
+	}
+	if r.StoreURL == "" {
+		r.StoreURL = "secrets://" + r.Namespace
+	}
+	snap := &v1alpha1.Snapshot{}
+	err := h.Client.Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: r.Name}, snap)
+	switch {
+	case err == nil:
+		if meta.IsStatusConditionTrue(snap.Status.Conditions, v1alpha1.ConditionReady) {
+			return snap, nil
+		}
+	case apierrors.IsNotFound(err):
+		snap = &v1alpha1.Snapshot{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: r.Name, Namespace: r.Namespace,
+				Labels: map[string]string{LabelCluster: r.Cluster, LabelOperator: r.Capture.Operator},
+			},
+			Spec: v1alpha1.SnapshotSpec{
+				Cluster: r.Cluster, Operator: r.Capture.Operator, Release: r.Capture.Release, Version: r.Capture.Version,
+				Reason: r.Reason, Rollout: r.Rollout,
+			},
+		}
+		if err := h.Client.Create(ctx, snap); err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("creating Snapshot %s/%s: %w", r.Namespace, r.Name, err)
+		}
+	default:
+		return nil, err
+	}
+
+	kek, err := h.kek(ctx)
+	if err != nil {
+		return nil, err
+	}
+	store, err := payload.OpenStore(ctx, r.StoreURL, h.Client)
+	if err != nil {
+		return nil, err
+	}
+	pr, pw := io.Pipe()
+	type outcome struct {
+		res *Result
+		w   *payload.Writer
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		w, err := payload.NewWriter(ctx, pw, kek)
+		if err != nil {
+			pw.CloseWithError(err)
+			done <- outcome{err: err}
+			return
+		}
+		res, err := Capture(ctx, cfg, r.Capture, w)
+		if err == nil {
+			err = w.Close()
+		}
+		pw.CloseWithError(err)
+		done <- outcome{res: res, w: w, err: err}
+	}()
+	_, stored, putErr := store.Put(ctx, r.Name, pr)
+	pr.CloseWithError(errors.New("store stopped reading"))
+	out := <-done
+	if out.err != nil {
+		return nil, fmt.Errorf("capturing %s: %w", r.Cluster, out.err)
+	}
+	if putErr != nil {
+		return nil, fmt.Errorf("storing snapshot %s: %w", r.Name, putErr)
+	}
+	base := snap.DeepCopy()
+	now := metav1.NewTime(out.res.CapturedAt)
+	snap.Status = v1alpha1.SnapshotStatus{
+		Conditions:    snap.Status.Conditions,
+		Location:      r.StoreURL + "#" + r.Name,
+		Checksum:      out.w.Checksum(),
+		Counts:        v1alpha1.ObjectCounts{CRDs: int32(out.res.Counts.CRDs), CustomResources: int32(out.res.Counts.CustomResources), Associated: int32(out.res.Counts.Associated)},
+		Bytes:         out.w.PlaintextBytes(),
+		StoredBytes:   stored,
+		ClusterID:     out.res.Header.ClusterID,
+		ServerVersion: out.res.ServerVersion,
+		CapturedAt:    &now,
+	}
+	meta.SetStatusCondition(&snap.Status.Conditions, metav1.Condition{
+		Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonStored,
+		Message: fmt.Sprintf("%d CRs and %d associated objects stored", out.res.Counts.CustomResources, out.res.Counts.Associated),
+	})
+	if err := h.Client.Status().Patch(ctx, snap, client.MergeFrom(base)); err != nil {
+		return nil, fmt.Errorf("recording Snapshot %s/%s: %w", r.Namespace, r.Name, err)
+	}
+	if r.Retention >= 0 {
+		keep := r.Retention
+		if keep == 0 {
+			keep = DefaultRetention
+		}
+		if _, err := h.Prune(ctx, r.Namespace, r.Cluster, r.Capture.Operator, keep); err != nil {
+			return snap, fmt.Errorf("snapshot %s taken, but retention failed: %w", r.Name, err)
+		}
+	}
+	return snap, nil
+}
+
+// storeOf splits a Snapshot location into the store URL and the payload name.
+func storeOf(snap *v1alpha1.Snapshot) (string, string, error) {
+	loc := snap.Status.Location
+	i := strings.LastIndexByte(loc, '#')
+	if i < 0 {
+		return "", "", fmt.Errorf("snapshot %s has no payload location (was the capture completed?)", snap.Name)
+	}
+	return loc[:i], loc[i+1:], nil
+}
+
+// Open streams the plaintext payload of snap. The payload is decrypted and its checksum
+// verified against both the payload's own trailer and the Snapshot's recorded checksum; a
+// mismatch is returned as an error by Read at the end of the stream.
+func (h *Hub) Open(ctx context.Context, snap *v1alpha1.Snapshot) (io.ReadCloser, error) {
+	url, name, err := storeOf(snap)
+	if err != nil {
+		return nil, err
+	}
+	store, err := payload.OpenStore(ctx, url, h.Client)
+	if err != nil {
+		return nil, err
+	}
+	rc, err := store.Get(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w", snap.Name, err)
+	}
+	kek, err := h.kek(ctx)
+	if err != nil {
+		rc.Close()
+		return nil, err
+	}
+	r, err := payload.NewReader(ctx, rc, kek)
+	if err != nil {
+		rc.Close()
+		return nil, fmt.Errorf("snapshot %s: %w", snap.Name, err)
+	}
+	return &verifyingReader{r: r, closer: rc, want: snap.Status.Checksum, name: snap.Name}, nil
+}
+
+type verifyingReader struct {
+	r      *payload.Reader
+	closer io.Closer
+	want   string
+	name   string
+}
+
+func (v *verifyingReader) Read(p []byte) (int, error) {
+	n, err := v.r.Read(p)
+	if err == io.EOF && v.want != "" && v.r.Checksum() != v.want {
+		return n, fmt.Errorf("snapshot %s: %w: checksum %s, the Snapshot records %s", v.name, payload.ErrCorrupted, v.r.Checksum(), v.want)
+	}
+	return n, err
+}
+
+func (v *verifyingReader) Close() error { return v.closer.Close() }
+
+// Load reads and verifies every entry of a snapshot (for diff, show and restore planning).
+func (h *Hub) Load(ctx context.Context, snap *v1alpha1.Snapshot) (Header, []Entry, error) {
+	rc, err := h.Open(ctx, snap)
+	if err != nil {
+		return Header{}, nil, err
+	}
+	defer rc.Close()
+	hdr, entries, err := ReadAll(rc)
+	if err != nil {
+		return Header{}, nil, err
+	}
+	// ReadAll stops at the last line; drain so the checksum is verified.
+	if _, err := io.Copy(io.Discard, rc); err != nil {
+		return Header{}, nil, err
+	}
+	return hdr, entries, nil
+}
+
+// Verify decrypts the whole payload of snap and checks it against the recorded checksum.
+func (h *Hub) Verify(ctx context.Context, snap *v1alpha1.Snapshot) error {
+	rc, err := h.Open(ctx, snap)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	_, err = io.Copy(io.Discard, rc)
+	return err
+}
+
+// Prune deletes the oldest snapshots of a cluster and operator beyond keep, except those a
+// Rollout references. It returns the names deleted.
+func (h *Hub) Prune(ctx context.Context, namespace, cluster, operator string, keep int) ([]string, error) {
+	var list v1alpha1.SnapshotList
+	if err := h.Client.List(ctx, &list, client.InNamespace(namespace), client.MatchingLabels{LabelCluster: cluster, LabelOperator: operator}); err != nil {
+		return nil, err
+	}
+	if len(list.Items) <= keep {
+		return nil, nil
+	}
+	referenced, err := h.referenced(ctx, namespace)
+	if err != nil {
+		return nil, err
+	}
+	items := list.Items
+	// Newest first; names (which embed the capture time when generated) break ties within a second.
+	sort.Slice(items, func(i, j int) bool {
+		ti, tj := capturedAt(&items[i]), capturedAt(&items[j])
+		if !ti.Equal(tj) {
+			return ti.After(tj)
+		}
+		return items[i].Name > items[j].Name
+	})
+	var deleted []string
+	for i := keep; i < len(items); i++ {
+		s := &items[i]
+		if referenced[s.Name] {
+			continue
+		}
+		if err := h.Delete(ctx, s); err != nil {
+			return deleted, err
+		}
+		deleted = append(deleted, s.Name)
+	}
+	return deleted, nil
+}
+
+func capturedAt(s *v1alpha1.Snapshot) time.Time {
+	if s.Status.CapturedAt != nil {
+		return s.Status.CapturedAt.Time
+	}
+	return s.CreationTimestamp.Time
+}
+
+// referenced returns the snapshot names that Rollouts in namespace still point to.
+func (h *Hub) referenced(ctx context.Context, namespace string) (map[string]bool, error) {
+	var rollouts v1alpha1.RolloutList
+	if err := h.Client.List(ctx, &rollouts, client.InNamespace(namespace)); err != nil {
+		if meta.IsNoMatchError(err) {
+			return map[string]bool{}, nil
+		}
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, ro := range rollouts.Items {
+		for _, c := range ro.Status.Clusters {
+			if c.Snapshot != "" {
+				out[c.Snapshot] = true
+			}
+		}
+		for _, rev := range ro.Status.History {
+			for _, s := range rev.Snapshots {
+				out[s] = true
+			}
+		}
+	}
+	return out, nil
+}
+
+// Delete removes a snapshot's payload and then its Snapshot object.
+func (h *Hub) Delete(ctx context.Context, snap *v1alpha1.Snapshot) error {
+	if url, name, err := storeOf(snap); err == nil {
+		store, err := payload.OpenStore(ctx, url, h.Client)
+		if err != nil {
+			return err
+		}
+		if err := store.Delete(ctx, name); err != nil {
+			return fmt.Errorf("deleting the payload of snapshot %s: %w", snap.Name, err)
+		}
+	}
+	if err := h.Client.Delete(ctx, snap); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,191 @@
+package snapshot_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/install"
+	"github.com/rewind-dev/rewind/internal/snapshot"
+	"github.com/rewind-dev/rewind/internal/snapshot/payload"
+	"github.com/rewind-dev/rewind/internal/testbed/testenv"
+	"github.com/rewind-dev/rewind/internal/testfixture"
+)
+
+func hubClient(t *testing.T) client.Client {
+	t.Helper()
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = v1alpha1.AddToScheme(s)
+	c, err := client.New(env.Hub.RESTConfig(), client.Options{Scheme: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := install.Hub(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func take(t *testing.T, hub *snapshot.Hub, ns, name string, retention int) *v1alpha1.Snapshot {
+	t.Helper()
+	snap, err := hub.Take(t.Context(), env.Members[0].RESTConfig(), snapshot.Request{
+		Name: name, Namespace: ns, Cluster: "member1", Reason: "test", Retention: retention, Capture: captureOpts(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap
+}
+
+func TestTakeStoresEncryptedVerifiedPayload(t *testing.T) {
+	mysqlFixture(t)
+	c := hubClient(t)
+	ns := testenv.Namespace(t, env.Hub.RESTConfig())
+	hub := &snapshot.Hub{Client: c}
+	snap := take(t, hub, ns, "first", -1)
+	if snap.Status.Counts.CustomResources != 200 || snap.Status.Counts.Associated != 800 || snap.Status.Counts.CRDs != 1 {
+		t.Fatalf("counts %+v", snap.Status.Counts)
+	}
+	if !strings.HasPrefix(snap.Status.Checksum, "sha256:") || snap.Status.ClusterID == "" || snap.Status.CapturedAt == nil || snap.Status.StoredBytes == 0 {
+		t.Fatalf("metadata %+v", snap.Status)
+	}
+	// The checksum is the one of the canonical payload.
+	plain, _ := capture(t)
+	if got := snapshot.ChecksumOf(plain); got != snap.Status.Checksum {
+		t.Fatalf("recorded checksum %s, canonical payload %s", snap.Status.Checksum, got)
+	}
+	if err := hub.Verify(t.Context(), snap); err != nil {
+		t.Fatalf("verify: %v", err)
+	}
+	_, entries, err := hub.Load(t.Context(), snap)
+	if err != nil || len(entries) != 1001 {
+		t.Fatalf("load: %d entries, %v", len(entries), err)
+	}
+	// Taking it again by name is a no-op.
+	again := take(t, hub, ns, "first", -1)
+	if again.Status.Checksum != snap.Status.Checksum || !again.Status.CapturedAt.Equal(snap.Status.CapturedAt) {
+		t.Fatalf("taking an existing snapshot again must return it unchanged")
+	}
+
+	// The stored bytes hold no Secret's plaintext, in any encoding.
+	var secrets corev1.SecretList
+	if err := c.List(t.Context(), &secrets, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	var stored bytes.Buffer
+	for _, s := range secrets.Items {
+		for _, v := range s.Data {
+			stored.Write(v)
+		}
+	}
+	if stored.Len() < int(snap.Status.StoredBytes) {
+		t.Fatalf("found %d stored bytes, the snapshot says %d", stored.Len(), snap.Status.StoredBytes)
+	}
+	for i := 0; i < 200; i++ {
+		v := testfixture.SecretValue(fmt.Sprintf("db-%05d", i))
+		for _, form := range []string{v, base64.StdEncoding.EncodeToString([]byte(v))} {
+			if bytes.Contains(stored.Bytes(), []byte(form)) {
+				t.Fatalf("the stored payload contains a Secret's plaintext value %q", form)
+			}
+		}
+	}
+	if !bytes.Contains(plain, []byte(base64.StdEncoding.EncodeToString([]byte(testfixture.SecretValue("db-00000"))))) {
+		t.Fatal("control: the plaintext payload should hold the Secret (so the check above means something)")
+	}
+}
+
+func TestFlippedByteFailsVerification(t *testing.T) {
+	mysqlFixture(t)
+	c := hubClient(t)
+	ns := testenv.Namespace(t, env.Hub.RESTConfig())
+	hub := &snapshot.Hub{Client: c}
+	snap := take(t, hub, ns, "victim", -1)
+	var secrets corev1.SecretList
+	if err := c.List(t.Context(), &secrets, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	flipped := false
+	for i := range secrets.Items {
+		s := &secrets.Items[i]
+		for k, v := range s.Data {
+			if len(v) > 100 && !flipped {
+				v[len(v)/2] ^= 0x01
+				s.Data[k] = v
+				if err := c.Update(t.Context(), s); err != nil {
+					t.Fatal(err)
+				}
+				flipped = true
+			}
+		}
+	}
+	if !flipped {
+		t.Fatal("no payload chunk found to corrupt")
+	}
+	err := hub.Verify(t.Context(), snap)
+	if err == nil || !errors.Is(err, payload.ErrCorrupted) {
+		t.Fatalf("verify of a corrupted payload must fail with ErrCorrupted, got %v", err)
+	}
+	if _, _, err := hub.Load(t.Context(), snap); err == nil {
+		t.Fatal("a corrupted snapshot must not load (so it cannot be restored)")
+	}
+}
+
+func TestRetentionKeepsReferencedSnapshots(t *testing.T) {
+	mysqlFixture(t)
+	c := hubClient(t)
+	ns := testenv.Namespace(t, env.Hub.RESTConfig())
+	hub := &snapshot.Hub{Client: c}
+	take(t, hub, ns, "s1", -1)
+	// A Rollout still references s1.
+	ro := &v1alpha1.Rollout{
+		ObjectMeta: metav1.ObjectMeta{Name: "ro", Namespace: ns},
+		Spec: v1alpha1.RolloutSpec{Operator: "mysql-operator", Release: "mysql-v1", InstallNamespace: "mysql-system",
+			Waves: []v1alpha1.Wave{{Name: "all", Clusters: []string{"member1"}, MaxConcurrency: 1}}},
+	}
+	if err := c.Create(t.Context(), ro); err != nil {
+		t.Fatal(err)
+	}
+	ro.Status.Clusters = []v1alpha1.ClusterProgress{{Cluster: "member1", Snapshot: "s1"}}
+	if err := c.Status().Update(t.Context(), ro); err != nil {
+		t.Fatal(err)
+	}
+	take(t, hub, ns, "s2", -1)
+	take(t, hub, ns, "s3", -1)
+	take(t, hub, ns, "s4", 2)
+	var list v1alpha1.SnapshotList
+	if err := c.List(t.Context(), &list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, s := range list.Items {
+		names[s.Name] = true
+	}
+	if !names["s1"] || !names["s3"] || !names["s4"] || names["s2"] || len(names) != 3 {
+		t.Fatalf("retention 2 must keep s3, s4 and the referenced s1, and delete s2; kept %v", names)
+	}
+	// s2's payload is gone too.
+	var secrets corev1.SecretList
+	if err := c.List(t.Context(), &secrets, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range secrets.Items {
+		if strings.Contains(s.Name, "-s2-") || strings.HasSuffix(s.Name, "-s2") {
+			t.Fatalf("payload chunk %s of the deleted snapshot s2 remains", s.Name)
+		}
+	}
+}
