@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -256,4 +257,31 @@ func TestUnreachableMemberDoesNotDisturbOthers(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitMember(t, lost.Name, "Reachable=True again", func(mc *v1alpha1.MemberCluster) bool { return reachable(mc) == "True" })
+}
+
+var secretsGVR = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+
+func loadRelease(t *testing.T, ns, name string) (*v1alpha1.OperatorRelease, []*unstructured.Unstructured) {
+	t.Helper()
+	rel, objs, err := release.Load(t.Context(), hubClient(t), ns, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rel, objs
+}
+
+// installObjects applies a release's manifests into namespace and writes the record.
+func installObjects(t *testing.T, m *testbed.Cluster, objs []*unstructured.Unstructured, namespace string, rel *v1alpha1.OperatorRelease) {
+	t.Helper()
+	mc := memberClient(t, m)
+	if _, err := apply.Objects(t.Context(), mc, objs, apply.Options{Namespace: namespace}); err != nil {
+		t.Fatal(err)
+	}
+	err := member.WriteRecord(t.Context(), mc, member.Record{
+		Operator: rel.Spec.Operator, Release: rel.Name, Version: rel.Spec.Version, Namespace: namespace,
+		Image: rel.Spec.Image, GitCommit: rel.Spec.GitCommit, Digest: rel.Spec.Digest,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }

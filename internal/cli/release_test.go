@@ -262,3 +262,10 @@ func TestLargeReleaseIsChunked(t *testing.T) {
 		t.Fatalf("the 3 MiB release did not read back byte-identical (%d vs %d bytes)", len(stored), len(rendered))
 	}
 }
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}

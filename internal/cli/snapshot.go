@@ -358,7 +358,8 @@ func orAbsent(s string) string {
 }
 
 func newSnapshotVerifyCommand(h *hubFlags) *cobra.Command {
-	return &cobra.Command{
+	var output string
+	cmd := &cobra.Command{
 		Use:   "verify NAME",
 		Short: "Decrypt a snapshot's payload and check it against its checksum",
 		Args:  cobra.ExactArgs(1),
@@ -376,8 +377,14 @@ func newSnapshotVerifyCommand(h *hubFlags) *cobra.Command {
 			if err := hub.Verify(ctx, snap); err != nil {
 				return fmt.Errorf("snapshot %s FAILED verification: %w", snap.Name, err)
 			}
+			result := map[string]any{"snapshot": snap.Name, "verified": true, "checksum": snap.Status.Checksum, "bytes": snap.Status.Bytes}
+			if ok, err := printStructured(cmd.OutOrStdout(), output, result); ok {
+				return err
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "snapshot %s verified: %s, %d bytes\n", snap.Name, snap.Status.Checksum, snap.Status.Bytes)
 			return nil
 		},
 	}
+	outputFlag(cmd, &output)
+	return cmd
 }

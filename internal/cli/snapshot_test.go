@@ -1,0 +1,132 @@
+package cli
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/rewind-dev/rewind/internal/testbed/testenv"
+	"github.com/rewind-dev/rewind/internal/testfixture"
+)
+
+func TestSnapshotCommands(t *testing.T) {
+	ctx := t.Context()
+	hubClient(t)
+	ns := testenv.Namespace(t, env.Hub.RESTConfig())
+	m := env.Members[0]
+	if out, err := run(ctx, "clusters", "add", m.Name, "--kubeconfig", m.Kubeconfig, "--hub-kubeconfig", env.Hub.Kubeconfig); err != nil {
+		t.Fatalf("clusters add: %v\n%s", err, out)
+	}
+	// A release that ships the MySQLCluster CRD, installed on member1 with 12 CRs.
+	dir := t.TempDir()
+	writeFile(t, dir+"/crd.yaml", testfixture.MySQLCRDYAML)
+	writeFile(t, dir+"/deploy.yaml", `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: mysql-operator
+spec:
+  selector: {matchLabels: {app: mysql-operator}}
+  template:
+    metadata: {labels: {app: mysql-operator}}
+    spec:
+      containers:
+      - name: manager
+        image: example.com/mysql-operator:`+testCommit+`
+`)
+	args := append([]string{"release", "create", "mysql-v1", "--operator", "mysql-operator", "--version", "1.0.0",
+		"--git-commit", testCommit, "--image", "example.com/mysql-operator:" + testCommit, "--manifests", dir}, hubArgs(ns)...)
+	if out, err := run(ctx, args...); err != nil {
+		t.Fatalf("release create: %v\n%s", err, out)
+	}
+	// installDirectly applies into widget-system; this release installs into mysql-system.
+	rel, objs := loadRelease(t, ns, "mysql-v1")
+	installObjects(t, m, objs, "mysql-system", rel)
+	if err := testfixture.Populate(ctx, m.RESTConfig(), testfixture.Options{Namespaces: []string{"team-a", "team-b"}, Count: 12, Children: true}); err != nil {
+		t.Fatal(err)
+	}
+
+	out, err := run(ctx, append([]string{"snapshot", "take", "--cluster", m.Name, "--operator", "mysql-operator", "--name", "before", "-o", "json"}, hubArgs(ns)...)...)
+	if err != nil {
+		t.Fatalf("snapshot take: %v\n%s", err, out)
+	}
+	var snap map[string]any
+	if err := json.Unmarshal([]byte(out), &snap); err != nil {
+		t.Fatalf("take -o json: %v\n%s", err, out)
+	}
+	counts, _, _ := unstructured.NestedMap(snap, "status", "counts")
+	if counts["customResources"] != float64(12) || counts["associated"] != float64(48+1) {
+		t.Fatalf("counts %v (want 12 CRs; 48 children + the operator Deployment)", counts)
+	}
+
+	out, err = run(ctx, append([]string{"snapshot", "list"}, hubArgs(ns)...)...)
+	if err != nil || !strings.Contains(out, "before") || !strings.Contains(out, "mysql-v1") {
+		t.Fatalf("snapshot list: %v\n%s", err, out)
+	}
+	out, err = run(ctx, append([]string{"snapshot", "show", "before"}, hubArgs(ns)...)...)
+	if err != nil {
+		t.Fatalf("snapshot show: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "db-00003-credentials") || !strings.Contains(out, "keys password (values redacted)") {
+		t.Fatalf("show must list Secrets with their keys only:\n%s", out)
+	}
+	if strings.Contains(out, testfixture.SecretValue("db-00003")) {
+		t.Fatal("show printed a Secret value")
+	}
+	out, err = run(ctx, append([]string{"snapshot", "verify", "before"}, hubArgs(ns)...)...)
+	if err != nil || !strings.Contains(out, "verified") {
+		t.Fatalf("snapshot verify: %v\n%s", err, out)
+	}
+	out, err = run(ctx, append([]string{"snapshot", "diff", "before", "--live"}, hubArgs(ns)...)...)
+	if err != nil || !strings.Contains(out, "No changes") {
+		t.Fatalf("diff of an unchanged cluster: %v\n%s", err, out)
+	}
+
+	// Change one CR's status and one Secret: diff names both, without the Secret's value.
+	dyn, err := dynamic.NewForConfig(m.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cr, err := dyn.Resource(testfixture.MySQLGVR).Namespace("team-b").Get(ctx, "db-00001", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = unstructured.SetNestedField(cr.Object, "Degraded", "status", "phase")
+	if _, err := dyn.Resource(testfixture.MySQLGVR).Namespace("team-b").UpdateStatus(ctx, cr, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sec, err := dyn.Resource(secretsGVR).Namespace("team-a").Get(ctx, "db-00000-credentials", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = unstructured.SetNestedField(sec.Object, "bmV3LXNlY3JldC12YWx1ZQ==", "data", "password")
+	if _, err := dyn.Resource(secretsGVR).Namespace("team-a").Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	out, err = run(ctx, append([]string{"snapshot", "diff", "before", "--live"}, hubArgs(ns)...)...)
+	if err != nil {
+		t.Fatalf("diff: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "2 objects differ") || !strings.Contains(out, "MySQLCluster.database.example.com team-b/db-00001") ||
+		!strings.Contains(out, `status.phase: "Ready" -> "Degraded"`) || !strings.Contains(out, "data.password: <redacted> -> <redacted>") {
+		t.Fatalf("diff must name the CR's status.phase and the Secret's key, redacted:\n%s", out)
+	}
+	if strings.Contains(out, "bmV3LXNlY3JldC12YWx1ZQ") {
+		t.Fatal("diff printed a Secret value")
+	}
+	// A second snapshot, and a diff between the two.
+	if out, err := run(ctx, append([]string{"snapshot", "take", "--cluster", m.Name, "--operator", "mysql-operator", "--name", "after"}, hubArgs(ns)...)...); err != nil {
+		t.Fatalf("snapshot take: %v\n%s", err, out)
+	}
+	out, err = run(ctx, append([]string{"snapshot", "diff", "before", "after", "-o", "json"}, hubArgs(ns)...)...)
+	if err != nil {
+		t.Fatalf("diff: %v\n%s", err, out)
+	}
+	var changes []map[string]any
+	if err := json.Unmarshal([]byte(out), &changes); err != nil || len(changes) != 2 {
+		t.Fatalf("diff -o json: %v\n%s", err, out)
+	}
+}
