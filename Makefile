@@ -59,3 +59,7 @@ demo: testbed-bins build ## Start a hub and 3 members with workloads, show what 
 .PHONY: clean
 clean: ## Remove built binaries (not the testbed binary cache).
 	rm -rf $(BIN_DIR)
+
+.PHONY: bench
+bench: testbed-bins ## Run the benchmarks on the real testbed; each prints its figure next to a baseline from the same run.
+	$(GO) test ./bench/ -run '^$$' -bench . -benchtime 1x -timeout 60m

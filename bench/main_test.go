@@ -39,7 +39,7 @@ func peakHeap(fn func()) (peak uint64) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(5 * time.Millisecond)
+		t := time.NewTicker(20 * time.Millisecond)
 		defer t.Stop()
 		for {
 			var s runtime.MemStats

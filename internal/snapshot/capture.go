@@ -122,15 +122,36 @@ func Capture(ctx context.Context, cfg *rest.Config, o Options, w io.Writer) (*Re
 	if err != nil {
 		return nil, err
 	}
-	// 2. Every CR of those CRDs.
-	if err := c.captureCRs(ctx, crds); err != nil {
-		return nil, err
+	// 2. Every CR of those CRDs, while the candidate children are listed and spooled
+	// concurrently (the spool does not depend on the CRs; reachability is decided after).
+	spoolCtx, cancelSpool := context.WithCancel(ctx)
+	defer cancelSpool()
+	spoolDone := make(chan error, 1)
+	var sp *spool
+	go func() {
+		var err error
+		sp, err = c.spoolCandidates(spoolCtx)
+		spoolDone <- err
+	}()
+	crErr := c.captureCRs(ctx, crds)
+	if crErr != nil {
+		cancelSpool()
+	}
+	spoolErr := <-spoolDone
+	if sp != nil {
+		defer sp.close()
+	}
+	if crErr != nil {
+		return nil, crErr
+	}
+	if spoolErr != nil {
+		return nil, spoolErr
 	}
 	// 3. Associated: the release's own objects, then the CRs' children.
 	if err := c.captureManifestObjects(ctx); err != nil {
 		return nil, err
 	}
-	if err := c.captureChildren(ctx); err != nil {
+	if err := c.writeChildren(sp); err != nil {
 		return nil, err
 	}
 	if err := enc.flush(); err != nil {
@@ -251,8 +272,8 @@ func (c *capturer) listPages(ctx context.Context, gvr schema.GroupVersionResourc
 	}
 }
 
-// orderedLists lists every gvr concurrently (at most Parallelism at once, each with at most
-// two pages buffered) and hands the pages to fn kind by kind, in the given order.
+// orderedLists lists every gvr concurrently (at most Parallelism at once, each with one page
+// buffered) and hands the pages to fn kind by kind, in the given order.
 func (c *capturer) orderedLists(ctx context.Context, gvrs []schema.GroupVersionResource, fn func(schema.GroupVersionResource, []unstructured.Unstructured) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -277,7 +298,7 @@ func (c *capturer) orderedLists(ctx context.Context, gvrs []schema.GroupVersionR
 		}
 	}()
 	for i := range chans {
-		chans[i] = make(chan page, 2)
+		chans[i] = make(chan page, 1)
 	}
 	for i, gvr := range gvrs {
 		for p := range chans[i] {
@@ -404,21 +425,26 @@ type spooled struct {
 	owners []types.UID
 }
 
-// captureChildren finds every object reachable from a CR through ownerReference UIDs among
-// the owned kinds. Candidates (objects with any owner) are spooled to a temporary file in
-// LIST order; only their UIDs stay in memory.
-func (c *capturer) captureChildren(ctx context.Context) error {
-	if len(c.crUIDs) == 0 || len(c.o.OwnedKinds) == 0 {
-		return nil
-	}
-	spool, err := os.CreateTemp(c.o.SpoolDir, "rewind-snapshot-spool-")
+// spool holds the candidate children (objects of the owned kinds that have an owner) in a
+// temporary file in LIST order; only their UIDs and owner UIDs stay in memory.
+type spool struct {
+	f     *os.File
+	index []spooled
+}
+
+func (s *spool) close() {
+	s.f.Close()
+	os.Remove(s.f.Name())
+}
+
+// spoolCandidates lists the owned kinds and spools every object that has an ownerReference.
+func (c *capturer) spoolCandidates(ctx context.Context) (*spool, error) {
+	f, err := os.CreateTemp(c.o.SpoolDir, "rewind-snapshot-spool-")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer os.Remove(spool.Name())
-	defer spool.Close()
-	bw := bufio.NewWriterSize(spool, 256<<10)
-	var index []spooled
+	sp := &spool{f: f}
+	bw := bufio.NewWriterSize(f, 256<<10)
 	err = c.orderedLists(ctx, c.o.OwnedKinds, func(gvr schema.GroupVersionResource, items []unstructured.Unstructured) error {
 		for i := range items {
 			refs := items[i].GetOwnerReferences()
@@ -436,16 +462,26 @@ func (c *capturer) captureChildren(ctx context.Context) error {
 			if _, err := bw.Write(append(b, '\n')); err != nil {
 				return err
 			}
-			index = append(index, e)
+			sp.index = append(sp.index, e)
 		}
 		return nil
 	})
+	if err == nil {
+		err = bw.Flush()
+	}
 	if err != nil {
-		return err
+		sp.close()
+		return nil, err
 	}
-	if err := bw.Flush(); err != nil {
-		return err
+	return sp, nil
+}
+
+// writeChildren writes every spooled object reachable from a CR through ownerReference UIDs.
+func (c *capturer) writeChildren(sp *spool) error {
+	if sp == nil || len(c.crUIDs) == 0 {
+		return nil
 	}
+	index := sp.index
 	// Reachability: an object is captured when one of its owners is a CR or a captured object.
 	reach := map[types.UID]bool{}
 	for changed := true; changed; {
@@ -466,10 +502,10 @@ func (c *capturer) captureChildren(ctx context.Context) error {
 	if len(reach) == 0 {
 		return nil
 	}
-	if _, err := spool.Seek(0, io.SeekStart); err != nil {
+	if _, err := sp.f.Seek(0, io.SeekStart); err != nil {
 		return err
 	}
-	sc := bufio.NewScanner(spool)
+	sc := bufio.NewScanner(sp.f)
 	sc.Buffer(make([]byte, 0, 1<<20), 64<<20)
 	for i := 0; sc.Scan(); i++ {
 		if !reach[index[i].uid] {

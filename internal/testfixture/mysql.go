@@ -83,6 +83,10 @@ type Options struct {
 	Count int
 	// Children creates a StatefulSet, Service, ConfigMap and Secret owned by each CR.
 	Children bool
+	// ChildrenFor limits Children to the first N CRs (0: all).
+	ChildrenFor int
+	// Offset starts the CR numbering (to add more CRs in a second call).
+	Offset int
 	// PayloadBytes pads each CR's spec.config to make it about this large.
 	PayloadBytes int
 	// Parallelism of the creates (default 16).
@@ -120,7 +124,7 @@ func Populate(ctx context.Context, cfg *rest.Config, o Options) error {
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(o.Parallelism)
-	for i := 0; i < o.Count; i++ {
+	for i := o.Offset; i < o.Offset+o.Count; i++ {
 		ns := o.Namespaces[i%len(o.Namespaces)]
 		name := fmt.Sprintf("db-%05d", i)
 		g.Go(func() error { return createOne(ctx, dyn, ns, name, i, o) })
@@ -148,7 +152,7 @@ func createOne(ctx context.Context, dyn dynamic.Interface, ns, name string, i in
 	if _, err := dyn.Resource(MySQLGVR).Namespace(ns).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("setting the status of MySQLCluster %s/%s: %w", ns, name, err)
 	}
-	if !o.Children {
+	if !o.Children || (o.ChildrenFor > 0 && i-o.Offset >= o.ChildrenFor) {
 		return nil
 	}
 	owner := []any{map[string]any{

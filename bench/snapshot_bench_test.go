@@ -1,0 +1,170 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/rewind-dev/rewind/internal/apply"
+	"github.com/rewind-dev/rewind/internal/member"
+	"github.com/rewind-dev/rewind/internal/snapshot"
+	"github.com/rewind-dev/rewind/internal/snapshot/payload"
+	"github.com/rewind-dev/rewind/internal/testfixture"
+)
+
+var benchNamespaces = []string{"bench-a", "bench-b", "bench-c", "bench-d", "bench-e"}
+
+// populate installs the MySQLCluster CRD and adds count CRs of about 1 KiB each (numbered
+// from offset), the first children of which get 4 owned objects each.
+func populate(b *testing.B, offset, count, children int) {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	cfg := env.Members[0].RESTConfig()
+	c, err := client.New(cfg, client.Options{Scheme: member.Scheme})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := apply.Objects(ctx, c, []*unstructured.Unstructured{testfixture.MySQLCRD()}, apply.Options{}); err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	err = testfixture.Populate(ctx, cfg, testfixture.Options{
+		Namespaces: benchNamespaces, Count: count, Offset: offset, Children: true, ChildrenFor: children, PayloadBytes: 700, Parallelism: 32,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	fmt.Printf("setup: %d MySQLClusters (~1 KiB each) and %d owned objects created in %s\n", count, 4*children, time.Since(start).Round(time.Millisecond))
+}
+
+var listedKinds = []schema.GroupVersionResource{
+	testfixture.MySQLGVR,
+	{Group: "apps", Version: "v1", Resource: "statefulsets"},
+	{Version: "v1", Resource: "services"},
+	{Version: "v1", Resource: "configmaps"},
+	{Version: "v1", Resource: "secrets"},
+}
+
+// rawList is the baseline: a plain paginated LIST (limit 500) of the same kinds, one after
+// the other, decoded and dropped.
+func rawList(ctx context.Context, cfg *rest.Config) (int, error) {
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, gvr := range listedKinds {
+		cont := ""
+		for {
+			l, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 500, Continue: cont})
+			if err != nil {
+				return n, err
+			}
+			n += len(l.Items)
+			if cont = l.GetContinue(); cont == "" {
+				break
+			}
+		}
+	}
+	return n, nil
+}
+
+type captureRun struct {
+	d       time.Duration
+	objects int
+	plain   int64
+	stored  int64
+	heap    uint64
+}
+
+// captureOnce runs the full capture: canonical stream, gzip and AES-256-GCM, to io.Discard.
+func captureOnce(ctx context.Context, b *testing.B, cfg *rest.Config) captureRun {
+	kek, err := payload.GenerateLocalKEK()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var run captureRun
+	run.heap = peakHeap(func() {
+		start := time.Now()
+		w, err := payload.NewWriter(ctx, io.Discard, kek)
+		if err != nil {
+			b.Fatal(err)
+		}
+		res, err := snapshot.Capture(ctx, cfg, snapshot.Options{
+			Operator: "mysql-operator", Namespace: "mysql-system",
+			Manifests: []*unstructured.Unstructured{testfixture.MySQLCRD()},
+		}, w)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := w.Close(); err != nil {
+			b.Fatal(err)
+		}
+		run.d = time.Since(start)
+		run.objects = res.Counts.CRDs + res.Counts.CustomResources + res.Counts.Associated
+		run.plain, run.stored = w.PlaintextBytes(), w.StoredBytes()
+	})
+	return run
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}
+
+// BenchmarkSnapshotCapture captures 10,000 CRs of about 1 KiB plus 2,000 owned objects and
+// compares with a raw paginated LIST of the same objects, measured alternately in the same
+// run (median of 3). Peak heap is measured at half and full size to show it does not grow
+// with the payload.
+func BenchmarkSnapshotCapture(b *testing.B) {
+	ctx := context.Background()
+	cfg := env.Members[0].RESTConfig()
+	cfg.QPS, cfg.Burst = 500, 1000
+
+	populate(b, 0, 5000, 250)
+	half := captureOnce(ctx, b, cfg)
+	populate(b, 5000, 5000, 250)
+
+	for i := 0; i < b.N; i++ {
+		var caps, lists []time.Duration
+		var full captureRun
+		var listed int
+		for r := 0; r < 3; r++ {
+			start := time.Now()
+			n, err := rawList(ctx, cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			lists = append(lists, time.Since(start))
+			listed = n
+			full = captureOnce(ctx, b, cfg)
+			caps = append(caps, full.d)
+		}
+		capT, listT := median(caps), median(lists)
+		ratio := float64(capT) / float64(listT)
+		fmt.Printf("snapshot capture: %d objects (%d captured), %.1f MiB canonical, %.1f MiB stored (gzip + AES-256-GCM)\n",
+			listed, full.objects, mb(uint64(full.plain)), mb(uint64(full.stored)))
+		fmt.Printf("  capture time      %8s  (%.0f objects/s)\n", capT.Round(time.Millisecond), float64(full.objects)/capT.Seconds())
+		fmt.Printf("  baseline raw LIST %8s  (%.0f objects/s)\n", listT.Round(time.Millisecond), float64(listed)/listT.Seconds())
+		fmt.Printf("  ratio capture/LIST %.2fx (target <= 1.30x)\n", ratio)
+		fmt.Printf("  peak heap during capture: %.1f MiB at %.1f MiB payload (5,000 CRs), %.1f MiB at %.1f MiB payload (10,000 CRs)\n",
+			mb(half.heap), mb(uint64(half.plain)), mb(full.heap), mb(uint64(full.plain)))
+		b.ReportMetric(capT.Seconds(), "capture-s")
+		b.ReportMetric(listT.Seconds(), "rawlist-s")
+		b.ReportMetric(ratio, "capture/list")
+		b.ReportMetric(float64(full.objects)/capT.Seconds(), "objects/s")
+		b.ReportMetric(mb(full.heap), "peak-heap-MiB")
+	}
+}
