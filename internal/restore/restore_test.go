@@ -1,0 +1,364 @@
+package restore_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/rewind-dev/rewind/internal/apply"
+	"github.com/rewind-dev/rewind/internal/member"
+	"github.com/rewind-dev/rewind/internal/restore"
+	"github.com/rewind-dev/rewind/internal/snapshot"
+	"github.com/rewind-dev/rewind/internal/testbed"
+	"github.com/rewind-dev/rewind/internal/testbed/testenv"
+	"github.com/rewind-dev/rewind/internal/testfixture"
+)
+
+// env runs kube-controller-manager, so garbage collection is real.
+var env *testbed.Testbed
+
+func TestMain(m *testing.M) {
+	testenv.Main(m, testbed.Options{Members: 1, Workloads: true}, &env)
+}
+
+var namespaces = []string{"orders", "users"}
+
+const operatorDeployment = `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: mysql-operator
+  namespace: mysql-system
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: mysql-operator}}
+  template:
+    metadata: {labels: {app: mysql-operator}}
+    spec:
+      containers:
+      - name: manager
+        image: example.com/mysql-operator:v1
+`
+
+func manifests() []*unstructured.Unstructured {
+	dep := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal([]byte(operatorDeployment), &dep.Object); err != nil {
+		panic(err)
+	}
+	return []*unstructured.Unstructured{testfixture.MySQLCRD(), dep}
+}
+
+func dyn(t *testing.T) dynamic.Interface {
+	t.Helper()
+	d, err := dynamic.NewForConfig(env.Members[0].RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// setup installs the release (CRD + operator Deployment) and 30 MySQLClusters with children.
+func setup(t *testing.T) {
+	t.Helper()
+	ctx := t.Context()
+	c, err := client.New(env.Members[0].RESTConfig(), client.Options{Scheme: member.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := apply.Objects(ctx, c, manifests(), apply.Options{Namespace: "mysql-system"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := testfixture.Populate(ctx, env.Members[0].RESTConfig(), testfixture.Options{Namespaces: namespaces, Count: 30, Children: true}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func take(t *testing.T) (snapshot.Header, []snapshot.Entry) {
+	t.Helper()
+	var buf bytes.Buffer
+	_, err := snapshot.Capture(t.Context(), env.Members[0].RESTConfig(), snapshot.Options{
+		Operator: "mysql-operator", Release: "mysql-v1", Version: "1.0.0", Namespace: "mysql-system", Manifests: manifests(),
+	}, &buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, entries, err := snapshot.ReadAll(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, entries
+}
+
+var (
+	crdGVR       = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	v1beta1GVR   = schema.GroupVersionResource{Group: "database.example.com", Version: "v1beta1", Resource: "mysqlclusters"}
+	configmapGVR = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	secretGVR    = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+	deployGVR    = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+)
+
+// mutate changes the cluster in every way the restore must undo.
+func mutate(t *testing.T, round int) {
+	t.Helper()
+	ctx := t.Context()
+	d := dyn(t)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	cr := func(ns, name string) *unstructured.Unstructured {
+		u, err := d.Resource(testfixture.MySQLGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+		must(err)
+		return u
+	}
+	// Edit CR specs and statuses.
+	u := cr("orders", "db-00000")
+	_ = unstructured.SetNestedField(u.Object, int64(9), "spec", "replicas")
+	u.SetLabels(map[string]string{"edited": "yes"})
+	_, err := d.Resource(testfixture.MySQLGVR).Namespace("orders").Update(ctx, u, metav1.UpdateOptions{})
+	must(err)
+	u = cr("users", "db-00001")
+	_ = unstructured.SetNestedField(u.Object, "Failed", "status", "phase")
+	_, err = d.Resource(testfixture.MySQLGVR).Namespace("users").UpdateStatus(ctx, u, metav1.UpdateOptions{})
+	must(err)
+	// Delete some CRs (the garbage collector deletes their children) and create others.
+	for _, n := range []string{"db-00002", "db-00004"} {
+		must(d.Resource(testfixture.MySQLGVR).Namespace("orders").Delete(ctx, n, metav1.DeleteOptions{}))
+	}
+	extra := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "database.example.com/v1alpha1", "kind": "MySQLCluster",
+		"metadata": map[string]any{"name": fmt.Sprintf("new-since-%d", round), "namespace": "users"},
+		"spec":     map[string]any{"replicas": int64(2), "version": "8.4"},
+	}}
+	_, err = d.Resource(testfixture.MySQLGVR).Namespace("users").Create(ctx, extra, metav1.CreateOptions{})
+	must(err)
+	// Delete an owned ConfigMap and edit a Secret.
+	must(d.Resource(configmapGVR).Namespace("users").Delete(ctx, "db-00003-config", metav1.DeleteOptions{}))
+	s, err := d.Resource(secretGVR).Namespace("orders").Get(ctx, "db-00006-credentials", metav1.GetOptions{})
+	must(err)
+	_ = unstructured.SetNestedField(s.Object, "Y2hhbmdlZA==", "data", "password")
+	_ = unstructured.SetNestedField(s.Object, "YWRkZWQ=", "data", "added")
+	_, err = d.Resource(secretGVR).Namespace("orders").Update(ctx, s, metav1.UpdateOptions{})
+	must(err)
+	// The newer operator: a new image and more replicas.
+	dep, err := d.Resource(deployGVR).Namespace("mysql-system").Get(ctx, "mysql-operator", metav1.GetOptions{})
+	must(err)
+	_ = unstructured.SetNestedField(dep.Object, int64(2), "spec", "replicas")
+	containers, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers")
+	containers[0].(map[string]any)["image"] = "example.com/mysql-operator:v2"
+	_ = unstructured.SetNestedSlice(dep.Object, containers, "spec", "template", "spec", "containers")
+	_, err = d.Resource(deployGVR).Namespace("mysql-system").Update(ctx, dep, metav1.UpdateOptions{})
+	must(err)
+
+	// A newer CRD schema: v1beta1 with a defaulted new field becomes the storage version, and
+	// objects are written (so stored) at it.
+	crd, err := d.Resource(crdGVR).Get(ctx, "mysqlclusters.database.example.com", metav1.GetOptions{})
+	must(err)
+	versions, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
+	v1a := versions[0].(map[string]any)
+	v1a["storage"] = false
+	v1b := (&unstructured.Unstructured{Object: v1a}).DeepCopy().Object
+	v1b["name"], v1b["storage"] = "v1beta1", true
+	specProps := v1b["schema"].(map[string]any)["openAPIV3Schema"].(map[string]any)["properties"].(map[string]any)["spec"].(map[string]any)["properties"].(map[string]any)
+	specProps["backup"] = map[string]any{"type": "object", "default": map[string]any{}, "properties": map[string]any{
+		"schedule": map[string]any{"type": "string", "default": "0 3 * * *"},
+	}}
+	_ = unstructured.SetNestedSlice(crd.Object, []any{v1a, v1b}, "spec", "versions")
+	_, err = d.Resource(crdGVR).Update(ctx, crd, metav1.UpdateOptions{})
+	must(err)
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		l, err := d.Resource(v1beta1GVR).Namespace("orders").List(ctx, metav1.ListOptions{Limit: 1})
+		return err == nil && len(l.Items) > 0, nil
+	})
+	must(err)
+	for _, ns := range namespaces {
+		l, err := d.Resource(v1beta1GVR).Namespace(ns).List(ctx, metav1.ListOptions{})
+		must(err)
+		for i := range l.Items {
+			it := &l.Items[i]
+			_ = unstructured.SetNestedField(it.Object, "0 1 * * *", "spec", "backup", "schedule")
+			if _, err := d.Resource(v1beta1GVR).Namespace(ns).Update(ctx, it, metav1.UpdateOptions{}); err != nil {
+				t.Fatalf("writing %s at v1beta1: %v", it.GetName(), err)
+			}
+		}
+	}
+	crd, err = d.Resource(crdGVR).Get(ctx, "mysqlclusters.database.example.com", metav1.GetOptions{})
+	must(err)
+	if sv, _, _ := unstructured.NestedStringSlice(crd.Object, "status", "storedVersions"); len(sv) != 2 {
+		t.Fatalf("the mutation should leave objects stored at two versions, storedVersions=%v", sv)
+	}
+}
+
+// assertRestored checks every object of the snapshot against the live cluster in normalized
+// form (status included), ownerReferences pointing at live owners, and storedVersions.
+func assertRestored(t *testing.T, entries []snapshot.Entry) {
+	t.Helper()
+	ctx := t.Context()
+	d := dyn(t)
+	live := map[string]*unstructured.Unstructured{}
+	uidByKey := map[string]types.UID{}
+	for _, e := range entries {
+		gvk := e.Object.GroupVersionKind()
+		gvr := resourceOf(gvk)
+		var ri dynamic.ResourceInterface = d.Resource(gvr)
+		if e.Object.GetNamespace() != "" {
+			ri = d.Resource(gvr).Namespace(e.Object.GetNamespace())
+		}
+		l, err := ri.Get(ctx, e.Object.GetName(), metav1.GetOptions{})
+		if err != nil {
+			t.Errorf("%s %s/%s: %v", gvk.Kind, e.Object.GetNamespace(), e.Object.GetName(), err)
+			continue
+		}
+		key := gvk.Kind + "/" + e.Object.GetNamespace() + "/" + e.Object.GetName()
+		live[key] = l
+		uidByKey[key] = l.GetUID()
+		if !restore.Equal(e.Object, l) {
+			t.Errorf("%s differs from the snapshot:\n snapshot %v\n live     %v", key, restore.Normalize(e.Object).Object, restore.Normalize(l).Object)
+		}
+		if e.Section == snapshot.SectionCRD {
+			want, _, _ := unstructured.NestedStringSlice(e.Object.Object, "status", "storedVersions")
+			got, _, _ := unstructured.NestedStringSlice(l.Object, "status", "storedVersions")
+			if fmt.Sprint(want) != fmt.Sprint(got) {
+				t.Errorf("CRD storedVersions %v, snapshot %v", got, want)
+			}
+		}
+	}
+	for key, l := range live {
+		for _, ref := range l.GetOwnerReferences() {
+			owner := ref.Kind + "/" + l.GetNamespace() + "/" + ref.Name
+			if uid, ok := uidByKey[owner]; ok && uid != ref.UID {
+				t.Errorf("%s: ownerReference to %s has UID %s, the live owner's is %s", key, owner, ref.UID, uid)
+			}
+		}
+	}
+}
+
+func resourceOf(gvk schema.GroupVersionKind) schema.GroupVersionResource {
+	switch gvk.Kind {
+	case "CustomResourceDefinition":
+		return crdGVR
+	case "MySQLCluster":
+		return testfixture.MySQLGVR
+	case "Deployment":
+		return deployGVR
+	case "StatefulSet":
+		return schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "statefulsets"}
+	case "Service":
+		return schema.GroupVersionResource{Version: "v1", Resource: "services"}
+	case "ConfigMap":
+		return configmapGVR
+	case "Secret":
+		return secretGVR
+	}
+	panic("unknown kind " + gvk.Kind)
+}
+
+func run(t *testing.T, h snapshot.Header, entries []snapshot.Entry, j restore.Journal, stopAfter string) (*restore.Report, error) {
+	t.Helper()
+	return restore.Run(t.Context(), env.Members[0].RESTConfig(), restore.Options{
+		Header: h, Entries: entries, Current: manifests(), Journal: j, StopAfter: stopAfter,
+	})
+}
+
+func TestRestore(t *testing.T) {
+	setup(t)
+	h, entries := take(t)
+
+	t.Run("full scenario", func(t *testing.T) {
+		mutate(t, 0)
+		rep, err := run(t, h, entries, nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		assertRestored(t, entries)
+		tot := rep.Totals()
+		if rep.NoOp || tot.Created == 0 || tot.Restored == 0 {
+			t.Fatalf("report %+v", tot)
+		}
+		mc := rep.Kinds["MySQLCluster.database.example.com"]
+		if mc == nil || mc.Created != 2 || mc.Kept != 1 {
+			t.Errorf("MySQLCluster report %+v: want the 2 deleted ones created and the new one kept", mc)
+		}
+		if len(rep.Kept) != 1 || rep.Kept[0] != "MySQLCluster.database.example.com users/new-since-0" {
+			t.Errorf("kept: %v", rep.Kept)
+		}
+		t.Logf("report: %+v, steps %+v, notes %v", tot, rep.Steps, rep.Notes)
+
+		// Twice: the second run writes nothing and reports everything unchanged.
+		rep2, err := run(t, h, entries, nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tot2 := rep2.Totals()
+		if !rep2.NoOp || tot2.Unchanged != len(entries) || tot2.Restored+tot2.Created+tot2.Recreated != 0 {
+			t.Fatalf("a second restore must be a no-op reporting all %d objects unchanged, got %+v (noop %v)", len(entries), tot2, rep2.NoOp)
+		}
+		assertRestored(t, entries)
+
+		// The garbage collector deletes no restored child in the next 30 s.
+		children := 0
+		for _, e := range entries {
+			if len(e.Object.GetOwnerReferences()) > 0 {
+				children++
+			}
+		}
+		err = wait.PollUntilContextTimeout(t.Context(), time.Second, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			n := 0
+			for _, gvr := range []schema.GroupVersionResource{configmapGVR, secretGVR, resourceOf(schema.GroupVersionKind{Kind: "Service"}), resourceOf(schema.GroupVersionKind{Kind: "StatefulSet"})} {
+				for _, ns := range namespaces {
+					l, err := dyn(t).Resource(gvr).Namespace(ns).List(ctx, metav1.ListOptions{})
+					if err != nil {
+						return false, err
+					}
+					for _, it := range l.Items {
+						if len(it.GetOwnerReferences()) > 0 {
+							n++
+						}
+					}
+				}
+			}
+			if n < children {
+				return false, fmt.Errorf("only %d owned objects remain, the snapshot has %d: the garbage collector deleted restored children", n, children)
+			}
+			return false, nil
+		})
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) && !wait.Interrupted(err) {
+			t.Fatal(err)
+		}
+	})
+
+	for _, step := range restore.Steps {
+		t.Run("resume after "+step, func(t *testing.T) {
+			mutate(t, 1+len(step))
+			j := &restore.MemoryJournal{}
+			if _, err := run(t, h, entries, j, step); !errors.Is(err, restore.ErrStopped) {
+				t.Fatalf("want the restore stopped after %s, got %v", step, err)
+			}
+			if _, err := run(t, h, entries, j, ""); err != nil {
+				t.Fatal(err)
+			}
+			assertRestored(t, entries)
+			// The same final state as an uninterrupted run: a fresh restore changes nothing.
+			rep, err := run(t, h, entries, nil, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !rep.NoOp {
+				t.Fatalf("after a resumed restore a new restore must be a no-op, got %+v", rep.Totals())
+			}
+		})
+	}
+}

@@ -1,0 +1,709 @@
+package restore
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"reflect"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/rewind-dev/rewind/internal/snapshot"
+)
+
+var (
+	crdGVR        = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	deploymentGVR = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+	serviceGVR    = schema.GroupVersionResource{Version: "v1", Resource: "services"}
+)
+
+func isWebhookConfig(gvk schema.GroupVersionKind) bool {
+	return gvk.Group == "admissionregistration.k8s.io" && (gvk.Kind == "ValidatingWebhookConfiguration" || gvk.Kind == "MutatingWebhookConfiguration")
+}
+
+func isDeployment(gvk schema.GroupVersionKind) bool { return gvk.Group == "apps" && gvk.Kind == "Deployment" }
+
+// operatorObjects returns the operator's Deployments and webhook configurations known from the
+// snapshot (release objects, i.e. those without an owner) and from the current release.
+func (r *restorer) operatorObjects() []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	seen := map[string]bool{}
+	add := func(u *unstructured.Unstructured) {
+		gvk := u.GroupVersionKind()
+		if !isDeployment(gvk) && !isWebhookConfig(gvk) {
+			return
+		}
+		c := u.DeepCopy()
+		if isDeployment(gvk) && c.GetNamespace() == "" {
+			c.SetNamespace(r.o.Header.Namespace)
+		}
+		if k := keyOf(c); !seen[k] {
+			seen[k] = true
+			out = append(out, c)
+		}
+	}
+	for _, e := range r.o.Entries {
+		if e.Section == snapshot.SectionAssociated && len(e.Object.GetOwnerReferences()) == 0 {
+			add(e.Object)
+		}
+	}
+	for _, u := range r.o.Current {
+		add(u)
+	}
+	return out
+}
+
+func (r *restorer) markHeld() {
+	for _, u := range r.operatorObjects() {
+		r.held[keyOf(u)] = true
+	}
+}
+
+// listLive lists every object of gvr (all namespaces), keyed by namespace/name.
+func (r *restorer) listLive(ctx context.Context, gvr schema.GroupVersionResource) (map[string]*unstructured.Unstructured, error) {
+	out := map[string]*unstructured.Unstructured{}
+	cont := ""
+	for {
+		l, err := r.dyn.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 500, Continue: cont})
+		if err != nil {
+			return nil, err
+		}
+		for i := range l.Items {
+			u := &l.Items[i]
+			out[u.GetNamespace()+"/"+u.GetName()] = u
+		}
+		if cont = l.GetContinue(); cont == "" {
+			return out, nil
+		}
+	}
+}
+
+func nsName(u *unstructured.Unstructured) string { return u.GetNamespace() + "/" + u.GetName() }
+
+// alreadyRestored reports whether the live cluster already equals the snapshot (and, with
+// Prune, holds nothing created since).
+func (r *restorer) alreadyRestored(ctx context.Context) (bool, error) {
+	live := map[schema.GroupVersionResource]map[string]*unstructured.Unstructured{}
+	for _, e := range r.o.Entries {
+		switch e.Section {
+		case snapshot.SectionCRD:
+			l, err := r.dyn.Resource(crdGVR).Get(ctx, e.Object.GetName(), metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return false, nil
+			}
+			if err != nil {
+				return false, err
+			}
+			if !crdEqual(e.Object, l) {
+				return false, nil
+			}
+		default:
+			gvr, namespaced, err := r.gvrFor(e.Object.GroupVersionKind())
+			if err != nil {
+				return false, nil // the kind is not even served
+			}
+			gvr.Version = e.Object.GroupVersionKind().Version
+			if _, ok := live[gvr]; !ok {
+				m, err := r.listLive(ctx, gvr)
+				if err != nil {
+					return false, nil
+				}
+				live[gvr] = m
+			}
+			key := nsName(e.Object)
+			if !namespaced {
+				key = "/" + e.Object.GetName()
+			}
+			l := live[gvr][key]
+			if l == nil || !Equal(e.Object, l) {
+				return false, nil
+			}
+		}
+	}
+	extras, err := r.findCreatedSince(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, x := range extras {
+		if r.o.Prune {
+			return false, nil
+		}
+		r.rep.count(x.GroupVersionKind(), outKept)
+		r.rep.note(&r.rep.Kept, keyOf(x))
+	}
+	for _, e := range r.o.Entries {
+		r.rep.count(e.Object.GroupVersionKind(), outUnchanged)
+	}
+	return true, nil
+}
+
+// crdEqual compares a snapshot CRD with a live one: spec, labels, annotations and
+// status.storedVersions.
+func crdEqual(snap, live *unstructured.Unstructured) bool {
+	if !Equal(snap, live) {
+		return false
+	}
+	a, _, _ := unstructured.NestedStringSlice(snap.Object, "status", "storedVersions")
+	b, _, _ := unstructured.NestedStringSlice(live.Object, "status", "storedVersions")
+	return reflect.DeepEqual(a, b)
+}
+
+// quiesce scales the operator's Deployments to 0 and removes its admission webhooks, so that
+// neither the newer operator nor its webhooks interfere with the restore. Deployments that
+// serve a conversion webhook the CRD step still needs are scaled down by that step instead.
+func (r *restorer) quiesce(ctx context.Context) error {
+	convServers, err := r.conversionServers(ctx)
+	if err != nil {
+		return err
+	}
+	for _, u := range r.operatorObjects() {
+		gvk := u.GroupVersionKind()
+		if isWebhookConfig(gvk) {
+			ri, err := r.resource(u)
+			if err != nil {
+				return err
+			}
+			if err := ri.Delete(ctx, u.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("neutralizing webhook %s: %w", u.GetName(), err)
+			}
+			continue
+		}
+		if convServers[nsName(u)] {
+			r.rep.note(&r.rep.Notes, fmt.Sprintf("Deployment %s serves a conversion webhook; it keeps running until the CRDs no longer need it", nsName(u)))
+			continue
+		}
+		if err := r.scaleToZero(ctx, u.GetNamespace(), u.GetName()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *restorer) scaleToZero(ctx context.Context, ns, name string) error {
+	patch := []byte(`{"spec":{"replicas":0}}`)
+	_, err := r.dyn.Resource(deploymentGVR).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("scaling Deployment %s/%s to 0: %w", ns, name, err)
+	}
+	return nil
+}
+
+// conversionServers returns the Deployments (namespace/name) that back the conversion
+// webhooks of the live CRDs the snapshot holds.
+func (r *restorer) conversionServers(ctx context.Context) (map[string]bool, error) {
+	out := map[string]bool{}
+	for _, e := range r.o.Entries {
+		if e.Section != snapshot.SectionCRD {
+			continue
+		}
+		live, err := r.dyn.Resource(crdGVR).Get(ctx, e.Object.GetName(), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		strategy, _, _ := unstructured.NestedString(live.Object, "spec", "conversion", "strategy")
+		if strategy != "Webhook" {
+			continue
+		}
+		svcNS, _, _ := unstructured.NestedString(live.Object, "spec", "conversion", "webhook", "clientConfig", "service", "namespace")
+		svcName, _, _ := unstructured.NestedString(live.Object, "spec", "conversion", "webhook", "clientConfig", "service", "name")
+		if svcName == "" {
+			continue
+		}
+		svc, err := r.dyn.Resource(serviceGVR).Namespace(svcNS).Get(ctx, svcName, metav1.GetOptions{})
+		if err != nil {
+			continue
+		}
+		sel, _, _ := unstructured.NestedStringMap(svc.Object, "spec", "selector")
+		deps, err := r.dyn.Resource(deploymentGVR).Namespace(svcNS).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		for _, d := range deps.Items {
+			labels, _, _ := unstructured.NestedStringMap(d.Object, "spec", "template", "metadata", "labels")
+			if len(sel) > 0 && matches(sel, labels) {
+				out[nsName(&d)] = true
+			}
+		}
+	}
+	return out, nil
+}
+
+func matches(sel, labels map[string]string) bool {
+	for k, v := range sel {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// storageVersionHash is the hash discovery publishes for a resource's storage version.
+func storageVersionHash(group, version, kind string) string {
+	sum := sha256.Sum256([]byte(group + "/" + version + "/" + kind))
+	return base64.StdEncoding.EncodeToString(sum[:8])
+}
+
+// restoreCRDs brings every CRD back to the snapshot, including its storage version: the
+// snapshot's storage version becomes the storage version again (newer versions stay served),
+// every CR is rewritten so it is stored at that version, status.storedVersions is trimmed,
+// and then the snapshot's definition is applied exactly. A CRD is never deleted.
+func (r *restorer) restoreCRDs(ctx context.Context) error {
+	for _, e := range r.o.Entries {
+		if e.Section != snapshot.SectionCRD {
+			continue
+		}
+		if err := r.restoreCRD(ctx, e.Object); err != nil {
+			return fmt.Errorf("CRD %s: %w", e.Object.GetName(), err)
+		}
+	}
+	// Conversion webhook servers kept up for the migration can now be quiesced.
+	convServers, err := r.conversionServers(ctx)
+	if err != nil {
+		return err
+	}
+	for _, u := range r.operatorObjects() {
+		if isDeployment(u.GroupVersionKind()) {
+			if convServers[nsName(u)] {
+				continue // the snapshot's own CRDs still convert through it
+			}
+			if err := r.scaleToZero(ctx, u.GetNamespace(), u.GetName()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (r *restorer) restoreCRD(ctx context.Context, snap *unstructured.Unstructured) error {
+	ri := r.dyn.Resource(crdGVR)
+	live, err := ri.Get(ctx, snap.GetName(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		c := snap.DeepCopy()
+		c.SetUID("")
+		delete(c.Object, "status")
+		if _, err := ri.Create(ctx, c, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		r.rep.count(snap.GroupVersionKind(), outCreated)
+		return r.waitEstablished(ctx, snap.GetName())
+	}
+	if err != nil {
+		return err
+	}
+	if crdEqual(snap, live) {
+		r.rep.count(snap.GroupVersionKind(), outUnchanged)
+		return nil
+	}
+	group, _, _ := unstructured.NestedString(snap.Object, "spec", "group")
+	kind, _, _ := unstructured.NestedString(snap.Object, "spec", "names", "kind")
+	plural, _, _ := unstructured.NestedString(snap.Object, "spec", "names", "plural")
+	want := storageVersion(snap)
+	wantStored, _, _ := unstructured.NestedStringSlice(snap.Object, "status", "storedVersions")
+	liveStored, _, _ := unstructured.NestedStringSlice(live.Object, "status", "storedVersions")
+
+	if storageVersion(live) != want || !reflect.DeepEqual(liveStored, wantStored) {
+		// 1. The snapshot's storage version stores again; newer versions stay served.
+		if storageVersion(live) != want {
+			versions, _, _ := unstructured.NestedSlice(live.Object, "spec", "versions")
+			found := false
+			for _, v := range versions {
+				m := v.(map[string]any)
+				m["storage"] = m["name"] == want
+				if m["name"] == want {
+					m["served"] = true
+					found = true
+				}
+			}
+			if !found {
+				for _, v := range mustSlice(snap, "spec", "versions") {
+					m := v.(map[string]any)
+					if m["name"] == want {
+						c := deepCopyMap(m)
+						c["storage"], c["served"] = true, true
+						versions = append(versions, c)
+					}
+				}
+			}
+			_ = unstructured.SetNestedSlice(live.Object, versions, "spec", "versions")
+			if live, err = ri.Update(ctx, live, metav1.UpdateOptions{}); err != nil {
+				return fmt.Errorf("making %s the storage version again: %w", want, err)
+			}
+			if err := r.waitStorageVersion(ctx, group, want, plural, kind); err != nil {
+				return err
+			}
+		}
+		// 2. Storage migration: read and write back every CR so it is stored at `want`.
+		if err := r.migrate(ctx, schema.GroupVersionResource{Group: group, Version: want, Resource: plural}); err != nil {
+			return err
+		}
+		// 3. Trim status.storedVersions to the snapshot's.
+		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			cur, err := ri.Get(ctx, snap.GetName(), metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			_ = unstructured.SetNestedStringSlice(cur.Object, wantStored, "status", "storedVersions")
+			_, err = ri.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+			if apierrors.IsConflict(err) {
+				return false, nil
+			}
+			return err == nil, err
+		}); err != nil {
+			return fmt.Errorf("trimming status.storedVersions to %v: %w", wantStored, err)
+		}
+	}
+	// 4. The snapshot's definition, exactly.
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		cur, err := ri.Get(ctx, snap.GetName(), metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		w := snap.DeepCopy()
+		w.SetUID(cur.GetUID())
+		w.SetResourceVersion(cur.GetResourceVersion())
+		w.Object["status"] = cur.Object["status"]
+		_, err = ri.Update(ctx, w, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	if err != nil {
+		return fmt.Errorf("applying the snapshot's definition: %w", err)
+	}
+	r.rep.count(snap.GroupVersionKind(), outRestored)
+	r.mapper.Reset()
+	return r.waitEstablished(ctx, snap.GetName())
+}
+
+func mustSlice(u *unstructured.Unstructured, fields ...string) []any {
+	s, _, _ := unstructured.NestedSlice(u.Object, fields...)
+	return s
+}
+
+func deepCopyMap(m map[string]any) map[string]any {
+	return (&unstructured.Unstructured{Object: m}).DeepCopy().Object
+}
+
+// waitStorageVersion waits until discovery publishes version as the storage version of the
+// resource, i.e. the API server writes new objects at it.
+func (r *restorer) waitStorageVersion(ctx context.Context, group, version, plural, kind string) error {
+	want := storageVersionHash(group, version, kind)
+	dc := r.dc
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := dc.ServerResourcesForGroupVersion(group + "/" + version)
+		if err != nil {
+			return false, nil
+		}
+		for _, res := range list.APIResources {
+			if res.Name == plural {
+				last = res.StorageVersionHash
+				return res.StorageVersionHash == want, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the API server did not switch the storage version of %s to %s (hash %s, want %s)", plural, version, last, want)
+	}
+	return nil
+}
+
+func (r *restorer) waitEstablished(ctx context.Context, name string) error {
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		crd, err := r.dyn.Resource(crdGVR).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
+		for _, c := range conds {
+			m, _ := c.(map[string]any)
+			if m["type"] == "Established" && m["status"] == "True" {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}
+
+// migrate rewrites every object of gvr unchanged, so the API server stores it at the current
+// storage version (what kube-storage-version-migrator does).
+func (r *restorer) migrate(ctx context.Context, gvr schema.GroupVersionResource) error {
+	live, err := r.listLive(ctx, gvr)
+	if err != nil {
+		return fmt.Errorf("listing %s for the storage migration: %w", gvr.Resource, err)
+	}
+	items := make([]*unstructured.Unstructured, 0, len(live))
+	for _, u := range live {
+		items = append(items, u)
+	}
+	return r.forEach(ctx, len(items), func(i int) error {
+		u := items[i]
+		ri := r.dyn.Resource(gvr).Namespace(u.GetNamespace())
+		for attempt := 0; ; attempt++ {
+			_, err := ri.Update(ctx, u, metav1.UpdateOptions{})
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			if apierrors.IsConflict(err) && attempt < 10 {
+				if u, err = ri.Get(ctx, u.GetName(), metav1.GetOptions{}); err != nil {
+					if apierrors.IsNotFound(err) {
+						return nil
+					}
+					return err
+				}
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("migrating %s %s/%s: %w", gvr.Resource, u.GetNamespace(), u.GetName(), err)
+			}
+			return nil
+		}
+	})
+}
+
+// restoreCRs fully replaces every custom resource from the snapshot.
+func (r *restorer) restoreCRs(ctx context.Context) error {
+	return r.restoreSection(ctx, snapshot.SectionCR)
+}
+
+// restoreSection restores the entries of one section, kind by kind, owners before children.
+func (r *restorer) restoreSection(ctx context.Context, section string) error {
+	var entries []snapshot.Entry
+	for _, e := range r.o.Entries {
+		if e.Section == section && !(section == snapshot.SectionAssociated && r.held[keyOf(e.Object)]) {
+			entries = append(entries, e)
+		}
+	}
+	for _, level := range r.levels(entries) {
+		if err := r.restoreEntries(ctx, level); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// levels orders entries so that an object's owners (within the set) come in an earlier level.
+func (r *restorer) levels(entries []snapshot.Entry) [][]snapshot.Entry {
+	inSet := map[types.UID]bool{}
+	for _, e := range entries {
+		inSet[e.Object.GetUID()] = true
+	}
+	placed := map[types.UID]bool{}
+	var out [][]snapshot.Entry
+	rest := entries
+	for len(rest) > 0 {
+		var level, next []snapshot.Entry
+		for _, e := range rest {
+			ready := true
+			for _, ref := range e.Object.GetOwnerReferences() {
+				if inSet[ref.UID] && !placed[ref.UID] {
+					ready = false
+				}
+			}
+			if ready {
+				level = append(level, e)
+			} else {
+				next = append(next, e)
+			}
+		}
+		if len(level) == 0 { // an ownership cycle: restore the rest together
+			level, next = next, nil
+		}
+		for _, e := range level {
+			placed[e.Object.GetUID()] = true
+		}
+		out = append(out, level)
+		rest = next
+	}
+	return out
+}
+
+// restoreEntries restores a set of entries whose owners are already restored: one LIST per
+// kind gives the live objects, then writes run in parallel.
+func (r *restorer) restoreEntries(ctx context.Context, entries []snapshot.Entry) error {
+	live := map[schema.GroupVersionResource]map[string]*unstructured.Unstructured{}
+	type item struct {
+		e    snapshot.Entry
+		gvr  schema.GroupVersionResource
+		key  string
+		live *unstructured.Unstructured
+	}
+	items := make([]item, 0, len(entries))
+	for _, e := range entries {
+		gvr, namespaced, err := r.gvrFor(e.Object.GroupVersionKind())
+		if err != nil {
+			return err
+		}
+		gvr.Version = e.Object.GroupVersionKind().Version
+		if _, ok := live[gvr]; !ok {
+			m, err := r.listLive(ctx, gvr)
+			if err != nil {
+				return fmt.Errorf("listing %s: %w", gvr.GroupResource(), err)
+			}
+			live[gvr] = m
+		}
+		key := nsName(e.Object)
+		if !namespaced {
+			key = "/" + e.Object.GetName()
+		}
+		items = append(items, item{e: e, gvr: gvr, key: key, live: live[gvr][key]})
+	}
+	return r.forEach(ctx, len(items), func(i int) error {
+		it := items[i]
+		desired, err := r.desiredFrom(ctx, it.e)
+		if err != nil {
+			return err
+		}
+		hasStatus := !IsBuiltin(it.e.Object.GroupVersionKind())
+		out, uid, err := r.put(ctx, desired, it.live, hasStatus)
+		if err != nil {
+			return err
+		}
+		r.setUID(it.e.Object.GetUID(), uid)
+		r.rep.count(it.e.Object.GroupVersionKind(), out)
+		return nil
+	})
+}
+
+// restoreAssociated fully replaces the associated resources (operator Deployments and
+// webhooks wait for the Resume step).
+func (r *restorer) restoreAssociated(ctx context.Context) error {
+	r.ensureUIDs(ctx)
+	return r.restoreSection(ctx, snapshot.SectionAssociated)
+}
+
+// ensureUIDs fills the snapshot-to-live UID map for CRs when the CR step ran in an earlier
+// (interrupted) run.
+func (r *restorer) ensureUIDs(ctx context.Context) {
+	for gk, gvr := range r.crdGVR {
+		live, err := r.listLive(ctx, gvr)
+		if err != nil {
+			continue
+		}
+		for _, e := range r.o.Entries {
+			if e.Section != snapshot.SectionCR || e.Object.GroupVersionKind().GroupKind() != gk {
+				continue
+			}
+			if l := live[nsName(e.Object)]; l != nil {
+				r.setUID(e.Object.GetUID(), l.GetUID())
+			}
+		}
+	}
+}
+
+// findCreatedSince returns live objects the snapshot does not hold: CRs of the snapshot's
+// kinds, children (among the owned kinds) of the snapshot's CRs, and objects the current
+// release defines.
+func (r *restorer) findCreatedSince(ctx context.Context) ([]*unstructured.Unstructured, error) {
+	inSnap := map[string]bool{}
+	for _, e := range r.o.Entries {
+		inSnap[keyOf(e.Object)] = true
+	}
+	var out []*unstructured.Unstructured
+	seen := map[string]bool{}
+	add := func(u *unstructured.Unstructured) {
+		k := keyOf(u)
+		if !inSnap[k] && !seen[k] {
+			seen[k] = true
+			out = append(out, u)
+		}
+	}
+	crUIDs := map[types.UID]bool{}
+	for _, gvr := range r.crdGVR {
+		live, err := r.listLive(ctx, gvr)
+		if err != nil {
+			continue // the kind is not served (yet): nothing of it was created since
+		}
+		for _, u := range live {
+			crUIDs[u.GetUID()] = true
+			add(u)
+		}
+	}
+	for _, gvr := range r.o.OwnedKinds {
+		live, err := r.listLive(ctx, gvr)
+		if err != nil {
+			return nil, err
+		}
+		for _, u := range live {
+			for _, ref := range u.GetOwnerReferences() {
+				if crUIDs[ref.UID] {
+					add(u)
+					break
+				}
+			}
+		}
+	}
+	for _, c := range r.o.Current {
+		if c.GetKind() == "CustomResourceDefinition" {
+			continue
+		}
+		probe := c.DeepCopy()
+		_, namespaced, err := r.gvrFor(probe.GroupVersionKind())
+		if err != nil {
+			continue
+		}
+		if namespaced && probe.GetNamespace() == "" {
+			probe.SetNamespace(r.o.Header.Namespace)
+		}
+		ri, err := r.resource(probe)
+		if err != nil {
+			continue
+		}
+		l, err := ri.Get(ctx, probe.GetName(), metav1.GetOptions{})
+		if err == nil {
+			add(l)
+		}
+	}
+	return out, nil
+}
+
+// createdSince keeps (and reports) or prunes the objects created after the snapshot.
+func (r *restorer) createdSince(ctx context.Context) error {
+	extras, err := r.findCreatedSince(ctx)
+	if err != nil {
+		return err
+	}
+	for _, x := range extras {
+		if !r.o.Prune {
+			r.rep.count(x.GroupVersionKind(), outKept)
+			r.rep.note(&r.rep.Kept, keyOf(x))
+			continue
+		}
+		ri, err := r.resource(x)
+		if err != nil {
+			return err
+		}
+		bg := metav1.DeletePropagationBackground
+		if err := ri.Delete(ctx, x.GetName(), metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("pruning %s: %w", keyOf(x), err)
+		}
+		r.rep.count(x.GroupVersionKind(), outPruned)
+		r.rep.note(&r.rep.Pruned, keyOf(x))
+	}
+	return nil
+}
+
+// resume restores the operator Deployments and webhooks the quiesce step took over, from the
+// snapshot. Those the snapshot lacks stay quiesced (a rollout applies the old release's
+// manifests next).
+func (r *restorer) resume(ctx context.Context) error {
+	var entries []snapshot.Entry
+	for _, e := range r.o.Entries {
+		if e.Section == snapshot.SectionAssociated && r.held[keyOf(e.Object)] {
+			entries = append(entries, e)
+		}
+	}
+	return r.restoreEntries(ctx, entries)
+}
