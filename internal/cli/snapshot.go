@@ -28,7 +28,7 @@ func newSnapshotCommand(h *hubFlags) *cobra.Command {
 		Short:   "Take, list, show, diff and verify snapshots of an operator's state on a member cluster",
 	}
 	cmd.AddCommand(newSnapshotTakeCommand(h), newSnapshotListCommand(h), newSnapshotShowCommand(h),
-		newSnapshotDiffCommand(h), newSnapshotVerifyCommand(h))
+		newSnapshotDiffCommand(h), newSnapshotVerifyCommand(h), newSnapshotRestoreCommand(h))
 	return cmd
 }
 

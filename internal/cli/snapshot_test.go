@@ -129,4 +129,18 @@ spec:
 	if err := json.Unmarshal([]byte(out), &changes); err != nil || len(changes) != 2 {
 		t.Fatalf("diff -o json: %v\n%s", err, out)
 	}
+
+	// Restore brings the member back to "before"; a second restore does nothing.
+	out, err = run(ctx, append([]string{"snapshot", "restore", "before", "--cluster", m.Name}, hubArgs(ns)...)...)
+	if err != nil || !strings.Contains(out, "restored to snapshot before") {
+		t.Fatalf("snapshot restore: %v\n%s", err, out)
+	}
+	out, err = run(ctx, append([]string{"snapshot", "diff", "before", "--live"}, hubArgs(ns)...)...)
+	if err != nil || !strings.Contains(out, "No changes") {
+		t.Fatalf("after the restore the member must equal the snapshot: %v\n%s", err, out)
+	}
+	out, err = run(ctx, append([]string{"snapshot", "restore", "before", "--cluster", m.Name}, hubArgs(ns)...)...)
+	if err != nil || !strings.Contains(out, "already equals snapshot before") {
+		t.Fatalf("a second restore must be a no-op: %v\n%s", err, out)
+	}
 }

@@ -28,7 +28,9 @@ func isWebhookConfig(gvk schema.GroupVersionKind) bool {
 	return gvk.Group == "admissionregistration.k8s.io" && (gvk.Kind == "ValidatingWebhookConfiguration" || gvk.Kind == "MutatingWebhookConfiguration")
 }
 
-func isDeployment(gvk schema.GroupVersionKind) bool { return gvk.Group == "apps" && gvk.Kind == "Deployment" }
+func isDeployment(gvk schema.GroupVersionKind) bool {
+	return gvk.Group == "apps" && gvk.Kind == "Deployment"
+}
 
 // operatorObjects returns the operator's Deployments and webhook configurations known from the
 // snapshot (release objects, i.e. those without an owner) and from the current release.

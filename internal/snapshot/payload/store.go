@@ -49,14 +49,14 @@ func OpenStore(ctx context.Context, urlstr string, hub client.Client) (Store, er
 	}
 	switch u.Scheme {
 	case "secrets":
-		if hub == nil {
-			return nil, fmt.Errorf("payload store %s: a secrets:// store needs a hub client", urlstr)
-		}
 		if u.Path != "" && u.Path != "/" || u.RawQuery != "" {
 			return nil, fmt.Errorf("payload store %s: want secrets://<namespace>", urlstr)
 		}
 		if errs := validation.IsDNS1123Label(u.Host); len(errs) > 0 {
 			return nil, fmt.Errorf("payload store %s: namespace %q: %s", urlstr, u.Host, strings.Join(errs, "; "))
+		}
+		if hub == nil {
+			return nil, fmt.Errorf("payload store %s: a secrets:// store needs a hub client", urlstr)
 		}
 		return NewSecretStore(hub, u.Host), nil
 	case "dir":

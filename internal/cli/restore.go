@@ -1,0 +1,138 @@
+package cli
+
+import (
+	"fmt"
+	"sort"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/rewind-dev/rewind/internal/member"
+	"github.com/rewind-dev/rewind/internal/release"
+	"github.com/rewind-dev/rewind/internal/restore"
+	"github.com/rewind-dev/rewind/internal/snapshot"
+)
+
+func newSnapshotRestoreCommand(h *hubFlags) *cobra.Command {
+	var cluster, output string
+	var prune bool
+	cmd := &cobra.Command{
+		Use:   "restore NAME --cluster C [--prune]",
+		Short: "Bring a member cluster back to a snapshot: CRDs (storage versions too), CRs with status, associated resources",
+		Long: `Restores by full replacement, never by merge: the operator is quiesced (scaled to 0, its
+webhooks neutralized), CRDs return to the snapshot's storage version (every CR is migrated and
+status.storedVersions trimmed; a CRD is never deleted), custom resources and associated
+resources are replaced from the snapshot (UIDs kept, ownerReferences remapped to live owners),
+objects created since the snapshot are kept and listed (deleted with --prune), and the
+operator's Deployments and webhooks come back as the snapshot has them.
+The restore is journaled in the member (rewind-system/restore.NAME): run the same command
+again after an interruption and it resumes. Restoring twice changes nothing the second time.`,
+		Example: `  rewind snapshot restore member1-mysql-operator-20260101-120000 --cluster member1
+  rewind snapshot restore member1-mysql-operator-20260101-120000 --cluster member1 --prune -o json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cluster == "" {
+				return fmt.Errorf("--cluster is required (the member to restore)")
+			}
+			ctx := cmd.Context()
+			c, err := h.client()
+			if err != nil {
+				return err
+			}
+			snap, err := getSnapshot(ctx, c, h.ns(), args[0])
+			if err != nil {
+				return err
+			}
+			mc, cfg, err := memberConfig(ctx, c, cluster)
+			if err != nil {
+				return err
+			}
+			if snap.Spec.Cluster != cluster && snap.Status.ClusterID != mc.Status.ClusterID {
+				return fmt.Errorf("snapshot %s was taken on cluster %s (ID %s), not %s: restoring it elsewhere is not supported", snap.Name, snap.Spec.Cluster, snap.Status.ClusterID, cluster)
+			}
+			hub := &snapshot.Hub{Client: c}
+			hdr, entries, err := hub.Load(ctx, snap)
+			if err != nil {
+				return fmt.Errorf("snapshot %s cannot be restored: %w", snap.Name, err)
+			}
+			mcl, err := client.New(cfg, client.Options{Scheme: member.Scheme})
+			if err != nil {
+				return err
+			}
+			// The release installed now: its Deployments are quiesced, its extra objects reported.
+			var current []*unstructured.Unstructured
+			if rec, err := member.ReadRecord(ctx, mcl, snap.Spec.Operator); err == nil && rec != nil {
+				if _, objs, err := release.Load(ctx, c, h.ns(), rec.Release); err == nil {
+					current = objs
+				}
+			}
+			journal := restore.NewConfigMapJournal(mcl, snap.Name)
+			rep, err := restore.Run(ctx, cfg, restore.Options{
+				Header: hdr, Entries: entries, Current: current, Prune: prune, Journal: journal,
+				Log: func(f string, a ...any) {
+					if output == "table" {
+						fmt.Fprintf(cmd.ErrOrStderr(), f+"\n", a...)
+					}
+				},
+			})
+			if err != nil {
+				return fmt.Errorf("%w (run the same command again to resume)", err)
+			}
+			if err := journal.Clear(ctx); err != nil {
+				return err
+			}
+			if ok, err := printStructured(cmd.OutOrStdout(), output, rep); ok {
+				return err
+			}
+			printRestoreReport(cmd, snap.Name, cluster, rep)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&cluster, "cluster", "", "member cluster to restore (required)")
+	cmd.Flags().BoolVar(&prune, "prune", false, "delete objects created after the snapshot (default: keep and report them)")
+	outputFlag(cmd, &output)
+	return cmd
+}
+
+func printRestoreReport(cmd *cobra.Command, snap, cluster string, rep *restore.Report) {
+	out := cmd.OutOrStdout()
+	if rep.NoOp {
+		fmt.Fprintf(out, "%s already equals snapshot %s: nothing to do\n", cluster, snap)
+	} else {
+		fmt.Fprintf(out, "%s restored to snapshot %s in %s\n", cluster, snap, rep.Duration.Round(time.Millisecond))
+	}
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "KIND\tRESTORED\tCREATED\tUNCHANGED\tRECREATED\tKEPT\tPRUNED")
+	kinds := make([]string, 0, len(rep.Kinds))
+	for k := range rep.Kinds {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	for _, k := range kinds {
+		r := rep.Kinds[k]
+		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%d\n", k, r.Restored, r.Created, r.Unchanged, r.Recreated, r.Kept, r.Pruned)
+	}
+	w.Flush()
+	for _, s := range rep.Steps {
+		if s.Skipped {
+			fmt.Fprintf(out, "  step %-16s done earlier (journal)\n", s.Name)
+		} else {
+			fmt.Fprintf(out, "  step %-16s %s\n", s.Name, s.Duration.Round(time.Millisecond))
+		}
+	}
+	for _, k := range rep.Kept {
+		fmt.Fprintf(out, "  kept (created after the snapshot): %s\n", k)
+	}
+	for _, k := range rep.Pruned {
+		fmt.Fprintf(out, "  pruned (created after the snapshot): %s\n", k)
+	}
+	for _, k := range rep.Recreated {
+		fmt.Fprintf(out, "  recreated (immutable field): %s\n", k)
+	}
+	for _, n := range rep.Notes {
+		fmt.Fprintf(out, "  note: %s\n", n)
+	}
+}
