@@ -139,6 +139,28 @@ type RolloutSpec struct {
 	SnapshotRetention int32 `json:"snapshotRetention,omitempty"`
 }
 
+// Paths a cluster takes to the desired release.
+const (
+	PathUpgrade = "Upgrade"
+	PathRestore = "Restore"
+	PathNone    = "None"
+)
+
+// Rollout phases.
+const (
+	RolloutProgressing        = "Progressing"
+	RolloutWaitingForApproval = "WaitingForApproval"
+	RolloutBaking             = "Baking"
+	RolloutSucceeded          = "Succeeded"
+	RolloutFailed             = "Failed"
+	RolloutRollingBack        = "RollingBack"
+	RolloutRolledBack         = "RolledBack"
+	RolloutPaused             = "Paused"
+)
+
+// AnnotationRollbackReason records why the release was set back (automatic rollback).
+const AnnotationRollbackReason = "rewind.dev/rollback-reason"
+
 // Cluster phases of a rollout.
 const (
 	ClusterPending     = "Pending"
@@ -169,9 +191,17 @@ type ClusterProgress struct {
 	// toRelease is the release being installed.
 	// +optional
 	ToRelease string `json:"toRelease,omitempty"`
-	// snapshot is the snapshot taken before the change.
+	// path is how the cluster reaches toRelease: Upgrade (snapshot, apply, gates), Restore
+	// (back to the snapshot taken under toRelease, then apply it) or None (already there).
+	// +optional
+	Path string `json:"path,omitempty"`
+	// snapshot is the snapshot taken before the change (Upgrade) or restored (Restore).
 	// +optional
 	Snapshot string `json:"snapshot,omitempty"`
+	// restoreSteps are the restore steps completed (the restore's journal).
+	// +optional
+	// +listType=atomic
+	RestoreSteps []string `json:"restoreSteps,omitempty"`
 	// attempt counts tries of the current step.
 	// +optional
 	Attempt int32 `json:"attempt,omitempty"`
@@ -233,6 +263,12 @@ type RolloutStatus struct {
 	// currentWave is the index of the wave in progress.
 	// +optional
 	CurrentWave int32 `json:"currentWave,omitempty"`
+	// revision counts the releases this rollout started.
+	// +optional
+	Revision int32 `json:"revision,omitempty"`
+	// bakeStartedAt is when the current wave finished and its bake time began.
+	// +optional
+	BakeStartedAt *metav1.Time `json:"bakeStartedAt,omitempty"`
 	// clusters is the per-cluster journal.
 	// +optional
 	// +listType=map
