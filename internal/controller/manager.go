@@ -3,6 +3,7 @@ package controller
 
 import (
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -46,6 +47,10 @@ type Options struct {
 	LeaderElectionNamespace string
 	// SkipNameValidation allows several managers in one process (tests).
 	SkipNameValidation bool
+	// CrashAt injects a crash at a per-cluster rollout step (tests).
+	CrashAt func(cluster, step string) bool
+	// GatePoll is how often unhealthy clusters are re-checked (default 2s).
+	GatePoll time.Duration
 }
 
 // NewManager builds the manager with health and readiness checks and every reconciler.
@@ -75,16 +80,21 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return nil, err
 	}
-	if err := setupReconcilers(mgr); err != nil {
+	if err := setupReconcilers(mgr, o); err != nil {
 		return nil, err
 	}
 	return mgr, nil
 }
 
 // setupReconcilers registers every reconciler with the manager.
-func setupReconcilers(mgr ctrl.Manager) error {
+func setupReconcilers(mgr ctrl.Manager, o Options) error {
 	if err := (&MemberClusterReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the MemberCluster controller: %w", err)
+	}
+	ro := &RolloutReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("rewind-rollout"),
+		CrashAt: o.CrashAt, GatePoll: o.GatePoll}
+	if err := ro.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the Rollout controller: %w", err)
 	}
 	return nil
 }
