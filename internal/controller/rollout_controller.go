@@ -224,6 +224,7 @@ func (r *RolloutReconciler) startRevision(ctx context.Context, s *scope) error {
 	ro.Status.CurrentWave = 0
 	ro.Status.BakeStartedAt = nil
 	ro.Status.Revision++
+	ro.Status.Phase = v1alpha1.RolloutProgressing
 	meta.RemoveStatusCondition(&ro.Status.Conditions, v1alpha1.ConditionStalled)
 	ro.Status.History = append(ro.Status.History, v1alpha1.Revision{Release: ro.Spec.Release, StartedAt: &now, Outcome: "InProgress", Snapshots: map[string]string{}})
 	if len(ro.Status.History) > 20 {
@@ -399,7 +400,7 @@ func (r *RolloutReconciler) finish(s *scope, rollback bool) {
 		rev.Outcome = "Succeeded"
 		for _, c := range ro.Status.Clusters {
 			if c.Snapshot != "" {
-				rev.Snapshots[c.Cluster] = c.Snapshot
+				recordSnapshot(rev, c.Cluster, c.Snapshot)
 			}
 		}
 		if rev.StartedAt != nil {
@@ -448,7 +449,7 @@ func (r *RolloutReconciler) onFailure(ctx context.Context, s *scope, failed stri
 			rev.FinishedAt, rev.Outcome, rev.Reason = &now, "RolledBack", reason
 			for _, cp := range ro.Status.Clusters {
 				if cp.Snapshot != "" {
-					rev.Snapshots[cp.Cluster] = cp.Snapshot
+					recordSnapshot(rev, cp.Cluster, cp.Snapshot)
 				}
 			}
 		}

@@ -168,3 +168,11 @@ func Decide(spec *v1alpha1.RolloutSpec, st *v1alpha1.RolloutStatus, rollback boo
 	d.WaveDone = done
 	return d
 }
+
+// recordSnapshot notes a cluster's snapshot on a revision.
+func recordSnapshot(rev *v1alpha1.Revision, cluster, name string) {
+	if rev.Snapshots == nil {
+		rev.Snapshots = map[string]string{}
+	}
+	rev.Snapshots[cluster] = name
+}

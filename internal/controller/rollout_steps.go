@@ -358,7 +358,7 @@ func (r *RolloutReconciler) takeSnapshot(ctx context.Context, s *scope, c *v1alp
 	snapshotBytes.WithLabelValues(c.Cluster).Set(float64(snap.Status.Bytes))
 	snapshotObjects.WithLabelValues(c.Cluster).Set(float64(snap.Status.Counts.CustomResources + snap.Status.Counts.Associated + snap.Status.Counts.CRDs))
 	if rev := s.revision(); rev != nil {
-		rev.Snapshots[c.Cluster] = snap.Name
+		recordSnapshot(rev, c.Cluster, snap.Name)
 	}
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/rewind-dev/rewind/internal/testbed"
 )
@@ -30,7 +31,11 @@ func Main(m *testing.M, opts testbed.Options, tb **testbed.Testbed) {
 }
 
 func run(m *testing.M, opts testbed.Options, tb **testbed.Testbed) int {
-	ctrllog.SetLogger(logr.Discard())
+	if os.Getenv("REWIND_TEST_LOG") != "" {
+		ctrllog.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr)))
+	} else {
+		ctrllog.SetLogger(logr.Discard())
+	}
 	opts.HandleSignals = true
 	if opts.Log == nil {
 		opts.Log = os.Stderr

@@ -1,0 +1,520 @@
+// Package e2e runs rewind's rollout pipeline end to end against a real hub and three member
+// clusters with workloads (kube-controller-manager, scheduler and kwok per member).
+package e2e
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/controller"
+	"github.com/rewind-dev/rewind/internal/install"
+	"github.com/rewind-dev/rewind/internal/member"
+	"github.com/rewind-dev/rewind/internal/release"
+	"github.com/rewind-dev/rewind/internal/restore"
+	"github.com/rewind-dev/rewind/internal/snapshot"
+	"github.com/rewind-dev/rewind/internal/testbed"
+	"github.com/rewind-dev/rewind/internal/testbed/testenv"
+	"github.com/rewind-dev/rewind/internal/testfixture"
+)
+
+var env *testbed.Testbed
+
+func TestMain(m *testing.M) {
+	testenv.Main(m, testbed.Options{Members: 3, Workloads: true}, &env)
+}
+
+const commit = "0123456789abcdef0123456789abcdef01234567"
+
+var (
+	hubOnce sync.Once
+	hubC    client.Client
+)
+
+func hub(t *testing.T) client.Client {
+	t.Helper()
+	hubOnce.Do(func() {
+		s := runtime.NewScheme()
+		_ = clientgoscheme.AddToScheme(s)
+		_ = v1alpha1.AddToScheme(s)
+		c, err := client.New(env.Hub.RESTConfig(), client.Options{Scheme: s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := install.Hub(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		for i, m := range env.Members {
+			kc, err := m.KubeconfigBytes()
+			if err != nil {
+				t.Fatal(err)
+			}
+			sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: m.Name + "-kubeconfig", Namespace: "rewind-system",
+				Labels: map[string]string{controller.LabelMemberKubeconfig: "true"}}, Data: map[string][]byte{"kubeconfig": kc}}
+			if err := c.Create(ctx, sec); err != nil {
+				t.Fatal(err)
+			}
+			mc := &v1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: m.Name, Labels: map[string]string{"env": "test", "index": fmt.Sprint(i + 1)}},
+				Spec: v1alpha1.MemberClusterSpec{KubeconfigSecretRef: v1alpha1.SecretKeyRef{Namespace: "rewind-system", Name: sec.Name, Key: "kubeconfig"}}}
+			if err := c.Create(ctx, mc); err != nil {
+				t.Fatal(err)
+			}
+		}
+		hubC = c
+	})
+	if hubC == nil {
+		t.Fatal("hub setup failed")
+	}
+	return hubC
+}
+
+// startManager runs a manager until stop is called or the test ends.
+func startManager(t *testing.T, crashAt func(cluster, step string) bool) (stop func()) {
+	t.Helper()
+	mgr, err := controller.NewManager(env.Hub.RESTConfig(), controller.Options{
+		MetricsAddr: "0", ProbeAddr: "0", SkipNameValidation: true, CrashAt: crashAt, GatePoll: 300 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = mgr.Start(ctx); close(done) }()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return stop
+}
+
+// operatorImage is a digest-pinned image for a release version.
+func operatorImage(version string) string {
+	sum := sha256.Sum256([]byte(version))
+	return "example.com/mysql-operator@sha256:" + hex.EncodeToString(sum[:])
+}
+
+// makeRelease writes a manifest folder (the MySQLCluster CRD and the operator Deployment) and
+// creates the release. broken makes the Deployment unschedulable, so it never becomes Available.
+func makeRelease(t *testing.T, ns, name, version string, broken bool) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "crd.yaml"), []byte(testfixture.MySQLCRDYAML), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	nodeSelector := ""
+	if broken {
+		nodeSelector = "      nodeSelector: {rewind.dev/no-such-node: \"true\"}\n"
+	}
+	dep := fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: mysql-operator
+  labels: {app: mysql-operator, version: "%s"}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: mysql-operator}}
+  template:
+    metadata: {labels: {app: mysql-operator}}
+    spec:
+%s      containers:
+      - name: manager
+        image: %s
+`, version, nodeSelector, operatorImage(version))
+	if err := os.WriteFile(filepath.Join(dir, "deploy.yaml"), []byte(dep), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := release.RenderManifests(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	canonical, err := release.Canonical(objs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel := &v1alpha1.OperatorRelease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: v1alpha1.OperatorReleaseSpec{
+		Operator: "mysql-operator", Version: version, GitCommit: commit, Image: operatorImage(version),
+		Source: v1alpha1.SourceManifests, Digest: release.Digest(canonical)}}
+	if _, err := release.Create(t.Context(), hub(t), rel, canonical); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fleet is one test's world: a hub namespace with releases A, B (good) and Bad, and a rollout.
+type fleet struct {
+	t     *testing.T
+	ns    string
+	opNS  string
+	crNS  string
+	name  string
+	waves []v1alpha1.Wave
+}
+
+func newFleet(t *testing.T, waves []v1alpha1.Wave) *fleet {
+	t.Helper()
+	c := hub(t)
+	ns := testenv.Namespace(t, env.Hub.RESTConfig())
+	f := &fleet{t: t, ns: ns, opNS: "op-" + ns, crNS: "crs-" + ns, name: "mysql", waves: waves}
+	makeRelease(t, ns, "mysql-a", "1.0.0", false)
+	makeRelease(t, ns, "mysql-b", "2.0.0", false)
+	makeRelease(t, ns, "mysql-bad", "2.0.1", true)
+	ro := &v1alpha1.Rollout{ObjectMeta: metav1.ObjectMeta{Name: f.name, Namespace: ns}, Spec: v1alpha1.RolloutSpec{
+		Operator: "mysql-operator", Release: "mysql-a", InstallNamespace: f.opNS, Waves: waves,
+		HealthGates: v1alpha1.HealthGates{Timeout: &metav1.Duration{Duration: 20 * time.Second}},
+	}}
+	if err := c.Create(t.Context(), ro); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Leave the members clean for the next test: no record, no operator namespace.
+		for _, m := range env.Members {
+			mc := memberClient(t, m)
+			_ = mc.Delete(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: member.RecordNamespace, Name: member.RecordName("mysql-operator")}})
+			_ = mc.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.opNS}})
+			_ = mc.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.crNS}})
+		}
+	})
+	return f
+}
+
+func memberClient(t *testing.T, m *testbed.Cluster) client.Client {
+	t.Helper()
+	c, err := client.New(m.RESTConfig(), client.Options{Scheme: member.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func (f *fleet) rollout() *v1alpha1.Rollout {
+	ro := &v1alpha1.Rollout{}
+	if err := hub(f.t).Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: f.name}, ro); err != nil {
+		f.t.Fatal(err)
+	}
+	return ro
+}
+
+// setRelease asks for a release (an upgrade, or a rollback when it is an earlier one).
+func (f *fleet) setRelease(rel string, mut func(*v1alpha1.RolloutSpec)) {
+	f.t.Helper()
+	ro := f.rollout()
+	ro.Spec.Release = rel
+	if mut != nil {
+		mut(&ro.Spec)
+	}
+	if err := hub(f.t).Update(context.Background(), ro); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// waitPhase waits for the rollout to reach a phase for the release.
+func (f *fleet) waitPhase(release, phase string, timeout time.Duration) *v1alpha1.Rollout {
+	f.t.Helper()
+	var ro *v1alpha1.Rollout
+	err := wait.PollUntilContextTimeout(f.t.Context(), 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		ro = f.rollout()
+		return ro.Status.CurrentRelease == release && ro.Status.Phase == phase, nil
+	})
+	if err != nil {
+		f.t.Fatalf("rollout did not reach %s for %s: phase %s release %s, clusters %+v, conditions %+v", phase, release, ro.Status.Phase, ro.Status.CurrentRelease, ro.Status.Clusters, ro.Status.Conditions)
+	}
+	return ro
+}
+
+// populate creates 6 MySQLClusters with children on every member.
+func (f *fleet) populate() {
+	for _, m := range env.Members {
+		if err := testfixture.Populate(f.t.Context(), m.RESTConfig(), testfixture.Options{Namespaces: []string{f.crNS}, Count: 6, Children: true}); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+}
+
+func (f *fleet) record(m *testbed.Cluster) *member.Record {
+	rec, err := member.ReadRecord(f.t.Context(), memberClient(f.t, m), "mysql-operator")
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return rec
+}
+
+// snapshotEntries loads a snapshot taken by the rollout.
+func (f *fleet) snapshotEntries(name string) []snapshot.Entry {
+	f.t.Helper()
+	snap := &v1alpha1.Snapshot{}
+	if err := hub(f.t).Get(f.t.Context(), client.ObjectKey{Namespace: f.ns, Name: name}, snap); err != nil {
+		f.t.Fatal(err)
+	}
+	_, entries, err := (&snapshot.Hub{Client: hub(f.t)}).Load(f.t.Context(), snap)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return entries
+}
+
+// assertEqualsSnapshot checks that every object of the snapshot equals the live one.
+func (f *fleet) assertEqualsSnapshot(m *testbed.Cluster, snap string) {
+	f.t.Helper()
+	entries := f.snapshotEntries(snap)
+	dyn, err := dynamic.NewForConfig(m.RESTConfig())
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	crs := 0
+	for _, e := range entries {
+		gvk := e.Object.GroupVersionKind()
+		var gvr = map[string]struct{ g, v, r string }{
+			"CustomResourceDefinition": {"apiextensions.k8s.io", "v1", "customresourcedefinitions"},
+			"MySQLCluster":             {"database.example.com", gvk.Version, "mysqlclusters"},
+			"Deployment":               {"apps", "v1", "deployments"}, "StatefulSet": {"apps", "v1", "statefulsets"},
+			"Service": {"", "v1", "services"}, "ConfigMap": {"", "v1", "configmaps"}, "Secret": {"", "v1", "secrets"},
+		}[gvk.Kind]
+		ri := dyn.Resource(schemaGVR(gvr.g, gvr.v, gvr.r))
+		var live *unstructured.Unstructured
+		if e.Object.GetNamespace() != "" {
+			live, err = ri.Namespace(e.Object.GetNamespace()).Get(f.t.Context(), e.Object.GetName(), metav1.GetOptions{})
+		} else {
+			live, err = ri.Get(f.t.Context(), e.Object.GetName(), metav1.GetOptions{})
+		}
+		if err != nil {
+			f.t.Errorf("%s: %s %s: %v", m.Name, gvk.Kind, e.Object.GetName(), err)
+			continue
+		}
+		if gvk.Kind == "MySQLCluster" {
+			crs++
+		}
+		if !restore.Equal(e.Object, live) {
+			f.t.Errorf("%s: %s %s/%s differs from snapshot %s", m.Name, gvk.Kind, e.Object.GetNamespace(), e.Object.GetName(), snap)
+		}
+	}
+	if crs == 0 {
+		f.t.Errorf("snapshot %s holds no MySQLClusters: the comparison proves nothing", snap)
+	}
+}
+
+func waves2() []v1alpha1.Wave {
+	return []v1alpha1.Wave{
+		{Name: "canary", Clusters: []string{"member1"}, MaxConcurrency: 1},
+		{Name: "rest", Clusters: []string{"member2", "member3"}, MaxConcurrency: 2},
+	}
+}
+
+func TestWave1FailsRollsBackAndWave2NeverStarts(t *testing.T) {
+	f := newFleet(t, waves2())
+	startManager(t, nil)
+	f.waitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	f.populate()
+	f.setRelease("mysql-bad", nil)
+	ro := f.waitPhase("mysql-a", v1alpha1.RolloutRolledBack, 3*time.Minute)
+
+	cond := meta.FindStatusCondition(ro.Status.Conditions, v1alpha1.ConditionRolledBack)
+	if cond == nil || cond.Reason != v1alpha1.ReasonAutomaticRollback || !strings.Contains(cond.Message, "member1") || !strings.Contains(cond.Message, "health gate") {
+		t.Errorf("RolledBack condition must give the automatic reason: %+v", cond)
+	}
+	bad := ro.Status.History[len(ro.Status.History)-2]
+	if bad.Release != "mysql-bad" || bad.Outcome != "RolledBack" {
+		t.Errorf("history: %+v", ro.Status.History)
+	}
+	snap := bad.Snapshots["member1"]
+	if snap == "" {
+		t.Fatalf("no pre-change snapshot recorded for member1: %+v", bad)
+	}
+	if _, ok := bad.Snapshots["member2"]; ok {
+		t.Errorf("wave 2 must never start, but member2 has a snapshot")
+	}
+	for _, m := range env.Members {
+		if rec := f.record(m); rec == nil || rec.Release != "mysql-a" {
+			t.Errorf("%s record %+v, want mysql-a", m.Name, rec)
+		}
+	}
+	f.assertEqualsSnapshot(env.Members[0], snap)
+}
+
+func TestUpgradeThenManualRollback(t *testing.T) {
+	f := newFleet(t, waves2())
+	startManager(t, nil)
+	f.waitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	f.populate()
+	f.setRelease("mysql-b", nil)
+	ro := f.waitPhase("mysql-b", v1alpha1.RolloutSucceeded, 3*time.Minute)
+	for _, m := range env.Members {
+		if rec := f.record(m); rec == nil || rec.Release != "mysql-b" || rec.Version != "2.0.0" {
+			t.Errorf("%s record %+v, want mysql-b", m.Name, rec)
+		}
+	}
+	snaps := ro.Status.History[len(ro.Status.History)-1].Snapshots
+	// Rollback is a desired state: spec.release back to A.
+	f.setRelease("mysql-a", nil)
+	ro = f.waitPhase("mysql-a", v1alpha1.RolloutRolledBack, 3*time.Minute)
+	if c := meta.FindStatusCondition(ro.Status.Conditions, v1alpha1.ConditionRolledBack); c == nil || c.Reason != v1alpha1.ReasonManualRollback {
+		t.Errorf("RolledBack condition %+v", c)
+	}
+	for _, m := range env.Members {
+		if rec := f.record(m); rec == nil || rec.Release != "mysql-a" {
+			t.Errorf("%s record %+v, want mysql-a", m.Name, rec)
+		}
+		f.assertEqualsSnapshot(m, snaps[m.Name])
+	}
+}
+
+func TestWave2FailsRollsBackWave1Too(t *testing.T) {
+	f := newFleet(t, waves2())
+	startManager(t, nil)
+	f.waitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	f.populate()
+	// A poisoned MySQLCluster on member2 fails a CEL gate there only.
+	dyn, err := dynamic.NewForConfig(env.Members[1].RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := dyn.Resource(testfixture.MySQLGVR).Namespace(f.crNS).Get(t.Context(), "db-00000", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.SetLabels(map[string]string{"poison": "true"})
+	if _, err := dyn.Resource(testfixture.MySQLGVR).Namespace(f.crNS).Update(t.Context(), u, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.setRelease("mysql-b", func(s *v1alpha1.RolloutSpec) {
+		s.HealthGates.CEL = []v1alpha1.CELCheck{{Kind: "MySQLCluster", Expression: "!has(self.metadata.labels) || !('poison' in self.metadata.labels)", Message: "poisoned"}}
+		s.HealthGates.Timeout = &metav1.Duration{Duration: 5 * time.Second}
+	})
+	ro := f.waitPhase("mysql-a", v1alpha1.RolloutRolledBack, 3*time.Minute)
+	snaps := ro.Status.History[len(ro.Status.History)-2].Snapshots
+	if snaps["member1"] == "" || snaps["member2"] == "" {
+		t.Fatalf("wave 1 and wave 2 clusters should have pre-change snapshots: %v", snaps)
+	}
+	for _, m := range env.Members {
+		if rec := f.record(m); rec == nil || rec.Release != "mysql-a" {
+			t.Errorf("%s record %+v, want mysql-a", m.Name, rec)
+		}
+	}
+	// Wave 1's member1 was rolled back too.
+	f.assertEqualsSnapshot(env.Members[0], snaps["member1"])
+	f.assertEqualsSnapshot(env.Members[1], snaps["member2"])
+	dep := &unstructured.Unstructured{}
+	dep.SetAPIVersion("apps/v1")
+	dep.SetKind("Deployment")
+	if err := memberClient(t, env.Members[0]).Get(t.Context(), client.ObjectKey{Namespace: f.opNS, Name: "mysql-operator"}, dep); err != nil {
+		t.Fatal(err)
+	}
+	if img := dep.Object["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)["image"]; img != operatorImage("1.0.0") {
+		t.Errorf("member1 runs %v after the rollback, want A's image", img)
+	}
+}
+
+func TestMemberLostMidRollout(t *testing.T) {
+	f := newFleet(t, []v1alpha1.Wave{{Name: "all", Clusters: []string{"member1", "member2", "member3"}, MaxConcurrency: 3}})
+	startManager(t, nil)
+	f.waitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	lost := env.Members[2]
+	lost.StopAPIServer()
+	t.Cleanup(func() { _ = lost.StartAPIServer(context.Background()) })
+	f.setRelease("mysql-b", nil)
+	ro := f.waitPhase("mysql-a", v1alpha1.RolloutRolledBack, 4*time.Minute)
+	cond := meta.FindStatusCondition(ro.Status.Conditions, v1alpha1.ConditionRolledBack)
+	if cond == nil || !strings.Contains(cond.Message, "member3") || !strings.Contains(cond.Message, "unreachable") {
+		t.Errorf("the rollback reason must name the lost member and say it is unreachable: %+v", cond)
+	}
+	for _, m := range env.Members[:2] {
+		if rec := f.record(m); rec == nil || rec.Release != "mysql-a" {
+			t.Errorf("%s record %+v, want mysql-a (the policy rolls back every changed cluster)", m.Name, rec)
+		}
+	}
+}
+
+func TestCrashAtEachStep(t *testing.T) {
+	upgrade := []string{controller.StepPrecheck, controller.StepSnapshot, controller.StepApplyCRDs, controller.StepApplyRBAC,
+		controller.StepApplyWebhooks, controller.StepApplyWorkloads, controller.StepHealthGate, controller.StepRecord}
+	rollback := []string{controller.StepRestore, controller.StepApplyRelease, controller.StepHealthGate, controller.StepRecord}
+	type crash struct{ path, step string }
+	var crashes []crash
+	for _, s := range upgrade {
+		crashes = append(crashes, crash{"upgrade", s})
+	}
+	for _, s := range rollback {
+		crashes = append(crashes, crash{"rollback", s})
+	}
+	for _, cr := range crashes {
+		t.Run(cr.path+"/"+cr.step, func(t *testing.T) {
+			f := newFleet(t, []v1alpha1.Wave{{Name: "one", Clusters: []string{"member1"}, MaxConcurrency: 1}})
+			stop := startManager(t, nil)
+			f.waitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
+			f.populate()
+			if cr.path == "rollback" {
+				f.setRelease("mysql-b", nil)
+				f.waitPhase("mysql-b", v1alpha1.RolloutSucceeded, 2*time.Minute)
+			}
+			stop()
+			// A manager that crashes when member1 reaches the step ...
+			var crashed sync.Once
+			hit := make(chan struct{})
+			stop = startManager(t, func(cluster, step string) bool {
+				if cluster == "member1" && step == cr.step {
+					crashed.Do(func() { close(hit) })
+					return true
+				}
+				return false
+			})
+			target := "mysql-b"
+			if cr.path == "rollback" {
+				target = "mysql-a"
+			}
+			f.setRelease(target, nil)
+			select {
+			case <-hit:
+			case <-time.After(2 * time.Minute):
+				t.Fatalf("the rollout never reached %s", cr.step)
+			}
+			stop()
+			// ... and a fresh one finishes the job.
+			startManager(t, nil)
+			want := v1alpha1.RolloutSucceeded
+			if cr.path == "rollback" {
+				want = v1alpha1.RolloutRolledBack
+			}
+			ro := f.waitPhase(target, want, 3*time.Minute)
+			if rec := f.record(env.Members[0]); rec == nil || rec.Release != target {
+				t.Errorf("record %+v, want %s", rec, target)
+			}
+			var snaps v1alpha1.SnapshotList
+			if err := hub(t).List(t.Context(), &snaps, client.InNamespace(f.ns)); err != nil {
+				t.Fatal(err)
+			}
+			wantSnaps := 2 // one before A (the first install) and one before B
+			if len(snaps.Items) != wantSnaps {
+				names := []string{}
+				for _, s := range snaps.Items {
+					names = append(names, s.Name)
+				}
+				t.Errorf("want %d snapshots (no duplicate), got %v", wantSnaps, names)
+			}
+			if cr.path == "rollback" {
+				f.assertEqualsSnapshot(env.Members[0], ro.Status.Clusters[0].Snapshot)
+			}
+		})
+	}
+}
+
+func schemaGVR(g, v, r string) schema.GroupVersionResource {
+	return schema.GroupVersionResource{Group: g, Version: v, Resource: r}
+}
