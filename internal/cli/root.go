@@ -24,6 +24,9 @@ rolls every changed cluster back, exactly, including CRD storage versions.`,
 	root.AddCommand(newClustersCommand(h))
 	root.AddCommand(newReleaseCommand(h))
 	root.AddCommand(newSnapshotCommand(h))
+	root.AddCommand(newRolloutCommand(h))
+	root.AddCommand(newRollbackCommand(h))
+	root.AddCommand(newHistoryCommand(h))
 	root.AddCommand(newTestbedCommand())
 	root.AddCommand(newDemoCommand())
 	return root

@@ -528,6 +528,15 @@ func (r *restorer) create(ctx context.Context, ri dynamic.ResourceInterface, des
 	c.SetUID("")
 	c.SetResourceVersion("")
 	created, err := ri.Create(ctx, c, metav1.CreateOptions{})
+	if apierrors.IsNotFound(err) && c.GetNamespace() != "" {
+		// The namespace itself was deleted since the snapshot: recreate it, as Velero does.
+		ns := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": c.GetNamespace()}}}
+		if _, nerr := r.dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}).Create(ctx, ns, metav1.CreateOptions{}); nerr != nil && !apierrors.IsAlreadyExists(nerr) {
+			return nil, fmt.Errorf("recreating namespace %s for %s: %w", c.GetNamespace(), keyOf(desired), nerr)
+		}
+		r.rep.note(&r.rep.Notes, fmt.Sprintf("namespace %s was recreated", c.GetNamespace()))
+		created, err = ri.Create(ctx, c, metav1.CreateOptions{})
+	}
 	if err != nil {
 		return nil, err
 	}

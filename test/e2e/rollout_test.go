@@ -185,12 +185,33 @@ func newFleet(t *testing.T, waves []v1alpha1.Wave) *fleet {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		// Leave the members clean for the next test: no record, no operator namespace.
+		// Leave the members clean for the next test: no record, no CRD (so no CRs), no
+		// namespaces, and wait until they are really gone.
+		ctx := context.Background()
 		for _, m := range env.Members {
 			mc := memberClient(t, m)
-			_ = mc.Delete(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: member.RecordNamespace, Name: member.RecordName("mysql-operator")}})
-			_ = mc.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.opNS}})
-			_ = mc.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.crNS}})
+			crd := &unstructured.Unstructured{}
+			crd.SetAPIVersion("apiextensions.k8s.io/v1")
+			crd.SetKind("CustomResourceDefinition")
+			crd.SetName("mysqlclusters.database.example.com")
+			objs := []client.Object{
+				&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: member.RecordNamespace, Name: member.RecordName("mysql-operator")}},
+				crd,
+				&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.opNS}},
+				&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.crNS}},
+			}
+			for _, o := range objs {
+				_ = mc.Delete(ctx, o)
+			}
+			for _, o := range objs {
+				err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+					err := mc.Get(ctx, client.ObjectKeyFromObject(o), o)
+					return client.IgnoreNotFound(err) == nil && err != nil, nil
+				})
+				if err != nil {
+					t.Logf("cleanup: %s %s still exists on %s", o.GetObjectKind().GroupVersionKind().Kind, o.GetName(), m.Name)
+				}
+			}
 		}
 	})
 	return f

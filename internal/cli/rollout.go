@@ -1,0 +1,281 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/rewind-dev/rewind/api/v1alpha1"
+)
+
+func getRollout(ctx context.Context, c client.Client, ns, name string) (*v1alpha1.Rollout, error) {
+	ro := &v1alpha1.Rollout{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, ro); err != nil {
+		return nil, hubError(fmt.Errorf("rollout %s/%s: %w", ns, name, err))
+	}
+	return ro, nil
+}
+
+// updateRollout reads, changes and writes a Rollout's spec, retrying on conflicts.
+func updateRollout(ctx context.Context, c client.Client, ns, name string, mut func(*v1alpha1.Rollout) error) (*v1alpha1.Rollout, error) {
+	for attempt := 0; ; attempt++ {
+		ro, err := getRollout(ctx, c, ns, name)
+		if err != nil {
+			return nil, err
+		}
+		if err := mut(ro); err != nil {
+			return nil, err
+		}
+		err = c.Update(ctx, ro)
+		if err == nil {
+			return ro, nil
+		}
+		if attempt > 5 || !strings.Contains(err.Error(), "the object has been modified") {
+			return nil, err
+		}
+	}
+}
+
+func newRolloutCommand(h *hubFlags) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "rollout",
+		Aliases: []string{"rollouts"},
+		Short:   "Watch, approve, pause and resume rollouts",
+	}
+	var output string
+	var watch bool
+	status := &cobra.Command{
+		Use:   "status NAME [--watch]",
+		Short: "Show a rollout's progress per wave and per cluster",
+		Example: `  rewind rollout status mysql
+  rewind rollout status mysql --watch`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := h.client()
+			if err != nil {
+				return err
+			}
+			for {
+				ro, err := getRollout(cmd.Context(), c, h.ns(), args[0])
+				if err != nil {
+					return err
+				}
+				if ok, err := printStructured(cmd.OutOrStdout(), output, ro); ok {
+					return err
+				}
+				printRolloutStatus(cmd.OutOrStdout(), ro)
+				if !watch || finalPhase(ro.Status.Phase) {
+					return nil
+				}
+				select {
+				case <-cmd.Context().Done():
+					return nil
+				case <-time.After(2 * time.Second):
+				}
+				fmt.Fprintln(cmd.OutOrStdout())
+			}
+		},
+	}
+	status.Flags().BoolVarP(&watch, "watch", "w", false, "keep printing until the rollout ends")
+	outputFlag(status, &output)
+
+	approve := &cobra.Command{
+		Use:   "approve NAME [WAVE]",
+		Short: "Approve a wave that requires manual approval (default: the wave waiting now)",
+		Args:  cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := h.client()
+			if err != nil {
+				return err
+			}
+			var wave string
+			_, err = updateRollout(cmd.Context(), c, h.ns(), args[0], func(ro *v1alpha1.Rollout) error {
+				wave = ""
+				if len(args) == 2 {
+					wave = args[1]
+				} else if int(ro.Status.CurrentWave) < len(ro.Spec.Waves) {
+					wave = ro.Spec.Waves[ro.Status.CurrentWave].Name
+				}
+				found := false
+				for _, w := range ro.Spec.Waves {
+					found = found || w.Name == wave
+				}
+				if !found {
+					return fmt.Errorf("rollout %s has no wave %q", ro.Name, wave)
+				}
+				if !slices.Contains(ro.Spec.ApprovedWaves, wave) {
+					ro.Spec.ApprovedWaves = append(ro.Spec.ApprovedWaves, wave)
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "rollout/%s: wave %s approved\n", args[0], wave)
+			return nil
+		},
+	}
+	pause := &cobra.Command{
+		Use: "pause NAME", Short: "Pause a rollout: no new step starts until it is resumed", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return setPaused(cmd, h, args[0], true) },
+	}
+	resume := &cobra.Command{
+		Use: "resume NAME", Short: "Resume a paused rollout", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return setPaused(cmd, h, args[0], false) },
+	}
+	cmd.AddCommand(status, approve, pause, resume)
+	return cmd
+}
+
+func setPaused(cmd *cobra.Command, h *hubFlags, name string, paused bool) error {
+	c, err := h.client()
+	if err != nil {
+		return err
+	}
+	if _, err := updateRollout(cmd.Context(), c, h.ns(), name, func(ro *v1alpha1.Rollout) error { ro.Spec.Paused = paused; return nil }); err != nil {
+		return err
+	}
+	word := "paused"
+	if !paused {
+		word = "resumed"
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "rollout/%s %s\n", name, word)
+	return nil
+}
+
+func finalPhase(p string) bool {
+	return p == v1alpha1.RolloutSucceeded || p == v1alpha1.RolloutRolledBack || p == v1alpha1.RolloutFailed
+}
+
+func printRolloutStatus(out io.Writer, ro *v1alpha1.Rollout) {
+	fmt.Fprintf(out, "Rollout %s/%s: %s %s -> %s, phase %s, wave %d of %d\n", ro.Namespace, ro.Name, ro.Spec.Operator,
+		dash(ro.Status.PreviousRelease), ro.Status.CurrentRelease, dash(ro.Status.Phase), min(int(ro.Status.CurrentWave)+1, len(ro.Spec.Waves)), len(ro.Spec.Waves))
+	for _, t := range []string{v1alpha1.ConditionReady, v1alpha1.ConditionProgressing, v1alpha1.ConditionStalled, v1alpha1.ConditionRolledBack} {
+		if c := meta.FindStatusCondition(ro.Status.Conditions, t); c != nil {
+			fmt.Fprintf(out, "  %-12s %-5s %s: %s\n", t, c.Status, c.Reason, c.Message)
+		}
+	}
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "WAVE\tCLUSTER\tPATH\tPHASE\tSTEP\tFROM\tTO\tSNAPSHOT\tMESSAGE")
+	for _, c := range ro.Status.Clusters {
+		wave := fmt.Sprint(c.Wave)
+		if int(c.Wave) < len(ro.Spec.Waves) {
+			wave = ro.Spec.Waves[c.Wave].Name
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", wave, c.Cluster, dash(c.Path), dash(c.Phase), dash(c.Step),
+			dash(c.FromRelease), c.ToRelease, dash(c.Snapshot), c.Message)
+	}
+	w.Flush()
+}
+
+func newRollbackCommand(h *hubFlags) *cobra.Command {
+	var to string
+	cmd := &cobra.Command{
+		Use:   "rollback NAME [--to RELEASE]",
+		Short: "Roll a rollout back: set its desired release to the previous one (or --to RELEASE)",
+		Long: `A rollback is a desired state, not a script: this sets spec.release of the Rollout back to
+the release before the current one (or to --to RELEASE). The controller then restores every
+cluster it changed to the snapshot taken under that release, re-applies it and gates on health.`,
+		Example: `  rewind rollback mysql
+  rewind rollback mysql --to mysql-v1`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := h.client()
+			if err != nil {
+				return err
+			}
+			var from, target string
+			_, err = updateRollout(cmd.Context(), c, h.ns(), args[0], func(ro *v1alpha1.Rollout) error {
+				from, target = ro.Spec.Release, to
+				if target == "" {
+					target = previousRelease(ro)
+				}
+				if target == "" {
+					return fmt.Errorf("rollout %s has no earlier release to roll back to; pass --to RELEASE", ro.Name)
+				}
+				if target == ro.Spec.Release {
+					return fmt.Errorf("rollout %s already wants %s", ro.Name, target)
+				}
+				rel := &v1alpha1.OperatorRelease{}
+				if err := c.Get(cmd.Context(), client.ObjectKey{Namespace: ro.Namespace, Name: target}, rel); err != nil {
+					return fmt.Errorf("--to %s: %w", target, err)
+				}
+				ro.Spec.Release = target
+				delete(ro.Annotations, v1alpha1.AnnotationRollbackReason)
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "rollout/%s: rolling back from %s to %s (watch it: rewind rollout status %s --watch)\n", args[0], from, target, args[0])
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&to, "to", "", "release to roll back to (default: the previous release in the rollout's history)")
+	return cmd
+}
+
+// previousRelease is the newest release in the history before the current one that differs.
+func previousRelease(ro *v1alpha1.Rollout) string {
+	h := ro.Status.History
+	for i := len(h) - 1; i >= 0; i-- {
+		if h[i].Release != ro.Spec.Release && h[i].Outcome == "Succeeded" {
+			return h[i].Release
+		}
+	}
+	if ro.Status.PreviousRelease != ro.Spec.Release {
+		return ro.Status.PreviousRelease
+	}
+	return ""
+}
+
+func newHistoryCommand(h *hubFlags) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "history NAME",
+		Short: "Show the releases a rollout rolled out: start, end, outcome, reason and snapshots",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := h.client()
+			if err != nil {
+				return err
+			}
+			ro, err := getRollout(cmd.Context(), c, h.ns(), args[0])
+			if err != nil {
+				return err
+			}
+			if ok, err := printStructured(cmd.OutOrStdout(), output, ro.Status.History); ok {
+				return err
+			}
+			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "REVISION\tRELEASE\tSTARTED\tFINISHED\tOUTCOME\tSNAPSHOTS\tREASON")
+			base := int(ro.Status.Revision) - len(ro.Status.History)
+			for i, r := range ro.Status.History {
+				var snaps []string
+				for cl, s := range r.Snapshots {
+					snaps = append(snaps, cl+"="+s)
+				}
+				slices.Sort(snaps)
+				fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", base+i+1, r.Release, ts(r.StartedAt), ts(r.FinishedAt), r.Outcome, dash(strings.Join(snaps, ",")), r.Reason)
+			}
+			return w.Flush()
+		},
+	}
+	outputFlag(cmd, &output)
+	return cmd
+}
+
+func ts(t interface{ IsZero() bool }) string {
+	if t == nil || t.IsZero() {
+		return "-"
+	}
+	return fmt.Sprint(t)
+}
