@@ -1,19 +1,15 @@
 package v1alpha1_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
-	"github.com/rewind-dev/rewind/internal/install"
 	"github.com/rewind-dev/rewind/internal/testbed"
 	"github.com/rewind-dev/rewind/internal/testbed/testenv"
 )
@@ -34,23 +30,10 @@ var hubClient client.Client
 
 func hub(t *testing.T) client.Client {
 	t.Helper()
-	if hubClient != nil {
-		return hubClient
+	if hubClient == nil {
+		hubClient = testenv.HubClient(t, env.Hub.RESTConfig())
 	}
-	s := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(s)
-	_ = v1alpha1.AddToScheme(s)
-	c, err := client.New(env.Hub.RESTConfig(), client.Options{Scheme: s})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := install.Hub(ctx, c); err != nil {
-		t.Fatalf("installing the rewind CRDs: %v", err)
-	}
-	hubClient = c
-	return c
+	return hubClient
 }
 
 func goodRelease() *v1alpha1.OperatorRelease {

@@ -2,22 +2,17 @@ package snapshot_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
-	"github.com/rewind-dev/rewind/internal/install"
 	"github.com/rewind-dev/rewind/internal/snapshot"
 	"github.com/rewind-dev/rewind/internal/snapshot/payload"
 	"github.com/rewind-dev/rewind/internal/testbed/testenv"
@@ -26,19 +21,7 @@ import (
 
 func hubClient(t *testing.T) client.Client {
 	t.Helper()
-	s := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(s)
-	_ = v1alpha1.AddToScheme(s)
-	c, err := client.New(env.Hub.RESTConfig(), client.Options{Scheme: s})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	if err := install.Hub(ctx, c); err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return testenv.HubClient(t, env.Hub.RESTConfig())
 }
 
 func take(t *testing.T, hub *snapshot.Hub, ns, name string, retention int) *v1alpha1.Snapshot {

@@ -113,17 +113,29 @@ func operatorImage(version string) string {
 	return "example.com/mysql-operator@sha256:" + hex.EncodeToString(sum[:])
 }
 
+// Release variants.
+const (
+	healthy = ""
+	// broken makes the operator Deployment unschedulable everywhere: it never becomes Available.
+	broken = "broken"
+	// avoidsMarked makes it unschedulable on nodes labelled rewind.dev/broken=true only.
+	avoidsMarked = "avoids-marked"
+)
+
 // makeRelease writes a manifest folder (the MySQLCluster CRD and the operator Deployment) and
-// creates the release. broken makes the Deployment unschedulable, so it never becomes Available.
-func makeRelease(t *testing.T, ns, name, version string, broken bool) {
+// creates the release.
+func makeRelease(t *testing.T, ns, name, version, variant string) {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "crd.yaml"), []byte(testfixture.MySQLCRDYAML), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	nodeSelector := ""
-	if broken {
+	switch variant {
+	case broken:
 		nodeSelector = "      nodeSelector: {rewind.dev/no-such-node: \"true\"}\n"
+	case avoidsMarked:
+		nodeSelector = "      affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: rewind.dev/broken, operator: NotIn, values: [\"true\"]}]}]}}}\n"
 	}
 	dep := fmt.Sprintf(`apiVersion: apps/v1
 kind: Deployment
@@ -174,9 +186,10 @@ func newFleet(t *testing.T, waves []v1alpha1.Wave) *fleet {
 	c := hub(t)
 	ns := testenv.Namespace(t, env.Hub.RESTConfig())
 	f := &fleet{t: t, ns: ns, opNS: "op-" + ns, crNS: "crs-" + ns, name: "mysql", waves: waves}
-	makeRelease(t, ns, "mysql-a", "1.0.0", false)
-	makeRelease(t, ns, "mysql-b", "2.0.0", false)
-	makeRelease(t, ns, "mysql-bad", "2.0.1", true)
+	makeRelease(t, ns, "mysql-a", "1.0.0", healthy)
+	makeRelease(t, ns, "mysql-b", "2.0.0", healthy)
+	makeRelease(t, ns, "mysql-bad", "2.0.1", broken)
+	makeRelease(t, ns, "mysql-b-picky", "2.0.2", avoidsMarked)
 	ro := &v1alpha1.Rollout{ObjectMeta: metav1.ObjectMeta{Name: f.name, Namespace: ns}, Spec: v1alpha1.RolloutSpec{
 		Operator: "mysql-operator", Release: "mysql-a", InstallNamespace: f.opNS, Waves: waves,
 		HealthGates: v1alpha1.HealthGates{Timeout: &metav1.Duration{Duration: 20 * time.Second}},
@@ -402,22 +415,25 @@ func TestWave2FailsRollsBackWave1Too(t *testing.T) {
 	startManager(t, nil)
 	f.waitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
 	f.populate()
-	// A poisoned MySQLCluster on member2 fails a CEL gate there only.
-	dyn, err := dynamic.NewForConfig(env.Members[1].RESTConfig())
-	if err != nil {
+	// member2's node is marked, so mysql-b-picky's operator never schedules there only.
+	node := &corev1.Node{}
+	m2 := memberClient(t, env.Members[1])
+	if err := m2.Get(t.Context(), client.ObjectKey{Name: "kwok-node-0"}, node); err != nil {
 		t.Fatal(err)
 	}
-	u, err := dyn.Resource(testfixture.MySQLGVR).Namespace(f.crNS).Get(t.Context(), "db-00000", metav1.GetOptions{})
-	if err != nil {
+	node.Labels["rewind.dev/broken"] = "true"
+	if err := m2.Update(t.Context(), node); err != nil {
 		t.Fatal(err)
 	}
-	u.SetLabels(map[string]string{"poison": "true"})
-	if _, err := dyn.Resource(testfixture.MySQLGVR).Namespace(f.crNS).Update(t.Context(), u, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	f.setRelease("mysql-b", func(s *v1alpha1.RolloutSpec) {
-		s.HealthGates.CEL = []v1alpha1.CELCheck{{Kind: "MySQLCluster", Expression: "!has(self.metadata.labels) || !('poison' in self.metadata.labels)", Message: "poisoned"}}
-		s.HealthGates.Timeout = &metav1.Duration{Duration: 5 * time.Second}
+	t.Cleanup(func() {
+		n := &corev1.Node{}
+		if err := m2.Get(context.Background(), client.ObjectKey{Name: "kwok-node-0"}, n); err == nil {
+			delete(n.Labels, "rewind.dev/broken")
+			_ = m2.Update(context.Background(), n)
+		}
+	})
+	f.setRelease("mysql-b-picky", func(s *v1alpha1.RolloutSpec) {
+		s.HealthGates.Timeout = &metav1.Duration{Duration: 8 * time.Second}
 	})
 	ro := f.waitPhase("mysql-a", v1alpha1.RolloutRolledBack, 3*time.Minute)
 	snaps := ro.Status.History[len(ro.Status.History)-2].Snapshots
