@@ -248,6 +248,29 @@ func (r *RolloutReconciler) startRevision(ctx context.Context, s *scope) error {
 		}
 		out = append(out, c)
 	}
+	// Going back: clusters the rolled-back revision never changed need nothing (and are not
+	// even contacted, so a lost cluster cannot block the rollback of the others).
+	rollingBack := false
+	for _, c := range out {
+		rollingBack = rollingBack || c.Path == v1alpha1.PathRestore
+	}
+	for _, p := range prevClusters {
+		rollingBack = rollingBack || (p.FromRelease == ro.Spec.Release && prevRelease != "")
+	}
+	if rollingBack {
+		for i := range out {
+			c := &out[i]
+			if c.Path != v1alpha1.PathUpgrade {
+				continue
+			}
+			for _, p := range prevClusters {
+				if p.Cluster == c.Cluster && p.FromRelease == ro.Spec.Release && !changed(p) {
+					c.Path, c.Phase, c.Step, c.FinishedAt = v1alpha1.PathNone, v1alpha1.ClusterSucceeded, StepDone, &now
+					c.Message = fmt.Sprintf("not changed by %s: nothing to roll back", prevRelease)
+				}
+			}
+		}
+	}
 	ro.Status.Clusters = out
 	r.event(s, "Normal", "RevisionStarted", "rolling out %s (revision %d, from %s)", ro.Spec.Release, ro.Status.Revision, dash(prevRelease))
 	return nil
