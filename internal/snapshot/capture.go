@@ -278,6 +278,9 @@ func (c *capturer) orderedLists(ctx context.Context, gvrs []schema.GroupVersionR
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	chans := make([]chan page, len(gvrs))
+	for i := range chans {
+		chans[i] = make(chan page, 1)
+	}
 	sem := make(chan struct{}, c.o.Parallelism)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -297,9 +300,6 @@ func (c *capturer) orderedLists(ctx context.Context, gvrs []schema.GroupVersionR
 			}()
 		}
 	}()
-	for i := range chans {
-		chans[i] = make(chan page, 1)
-	}
 	for i, gvr := range gvrs {
 		for p := range chans[i] {
 			if p.err != nil {

@@ -274,9 +274,18 @@ func (f *fleet) waitPhase(release, phase string, timeout time.Duration) *v1alpha
 	return ro
 }
 
-// populate creates 6 MySQLClusters with children on every member.
+// populate creates 6 MySQLClusters with children on every member the rollout targets.
 func (f *fleet) populate() {
+	targeted := map[string]bool{}
+	for _, w := range f.waves {
+		for _, c := range w.Clusters {
+			targeted[c] = true
+		}
+	}
 	for _, m := range env.Members {
+		if !targeted[m.Name] {
+			continue
+		}
 		if err := testfixture.Populate(f.t.Context(), m.RESTConfig(), testfixture.Options{Namespaces: []string{f.crNS}, Count: 6, Children: true}); err != nil {
 			f.t.Fatal(err)
 		}
