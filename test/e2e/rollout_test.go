@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -26,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/cli"
 	"github.com/rewind-dev/rewind/internal/controller"
 	"github.com/rewind-dev/rewind/internal/install"
 	"github.com/rewind-dev/rewind/internal/member"
@@ -405,9 +407,33 @@ func TestUpgradeThenManualRollback(t *testing.T) {
 		}
 	}
 	snaps := ro.Status.History[len(ro.Status.History)-1].Snapshots
-	// Rollback is a desired state: spec.release back to A.
-	f.setRelease("mysql-a", nil)
+	// `rewind rollback` sets spec.release back to A: rollback is a desired state.
+	var out bytes.Buffer
+	cmd := cli.NewRootCommand()
+	cmd.SetArgs([]string{"rollback", f.name, "--kubeconfig", env.Hub.Kubeconfig, "-n", f.ns})
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	if err := cmd.ExecuteContext(t.Context()); err != nil {
+		t.Fatalf("rewind rollback: %v\n%s", err, out.String())
+	}
+	if got := f.rollout().Spec.Release; got != "mysql-a" || !strings.Contains(out.String(), "rolling back from mysql-b to mysql-a") {
+		t.Fatalf("rewind rollback must set spec.release to mysql-a, got %s:\n%s", got, out.String())
+	}
 	ro = f.waitPhase("mysql-a", v1alpha1.RolloutRolledBack, 3*time.Minute)
+	out.Reset()
+	cmd = cli.NewRootCommand()
+	cmd.SetArgs([]string{"history", f.name, "--kubeconfig", env.Hub.Kubeconfig, "-n", f.ns})
+	cmd.SetOut(&out)
+	if err := cmd.ExecuteContext(t.Context()); err != nil || strings.Count(out.String(), "Succeeded") < 2 || !strings.Contains(out.String(), "mysql-b") {
+		t.Errorf("rewind history: %v\n%s", err, out.String())
+	}
+	out.Reset()
+	cmd = cli.NewRootCommand()
+	cmd.SetArgs([]string{"rollout", "status", f.name, "--kubeconfig", env.Hub.Kubeconfig, "-n", f.ns})
+	cmd.SetOut(&out)
+	if err := cmd.ExecuteContext(t.Context()); err != nil || !strings.Contains(out.String(), "RolledBack") || strings.Count(out.String(), "Restore") < 3 {
+		t.Errorf("rewind rollout status: %v\n%s", err, out.String())
+	}
 	if c := meta.FindStatusCondition(ro.Status.Conditions, v1alpha1.ConditionRolledBack); c == nil || c.Reason != v1alpha1.ReasonManualRollback {
 		t.Errorf("RolledBack condition %+v", c)
 	}
