@@ -6,6 +6,7 @@ import (
 	"flag"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,14 +27,24 @@ func TestMain(m *testing.M) {
 	testenv.Main(m, testbed.Options{Members: 1}, &env)
 }
 
-// peakHeap samples the Go heap while fn runs and returns the peak heap in use above the
-// heap before fn started.
-func peakHeap(fn func()) (peak uint64) {
+// heapPeaks are the peaks sampled while a function ran.
+type heapPeaks struct {
+	// inUse is the peak of heap in use (live objects and not yet collected garbage) above the
+	// heap before the function started.
+	inUse uint64
+	// live is the peak live heap as measured by the garbage collector (runtime/metrics
+	// /gc/heap/live:bytes): memory the function really retained.
+	live uint64
+}
+
+// peakHeap samples the Go heap while fn runs.
+func peakHeap(fn func()) heapPeaks {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	base := ms.HeapInuse
-	var max atomic.Uint64
+	var max, maxLive atomic.Uint64
+	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -47,6 +58,10 @@ func peakHeap(fn func()) (peak uint64) {
 			if s.HeapInuse > base && s.HeapInuse-base > max.Load() {
 				max.Store(s.HeapInuse - base)
 			}
+			metrics.Read(sample)
+			if v := sample[0].Value.Uint64(); v > maxLive.Load() {
+				maxLive.Store(v)
+			}
 			select {
 			case <-stop:
 				return
@@ -57,7 +72,7 @@ func peakHeap(fn func()) (peak uint64) {
 	fn()
 	close(stop)
 	wg.Wait()
-	return max.Load()
+	return heapPeaks{inUse: max.Load(), live: maxLive.Load()}
 }
 
 func mb(b uint64) float64 { return float64(b) / (1 << 20) }
