@@ -48,6 +48,9 @@ func populate(b *testing.B, offset, count, children int) {
 	fmt.Printf("setup: %d MySQLClusters (~1 KiB each) and %d owned objects created in %s\n", count, 4*children, time.Since(start).Round(time.Millisecond))
 }
 
+// benchParallelism is the capture's list parallelism (0: the default).
+var benchParallelism = 0
+
 var listedKinds = []schema.GroupVersionResource{
 	testfixture.MySQLGVR,
 	{Group: "apps", Version: "v1", Resource: "statefulsets"},
@@ -103,7 +106,7 @@ func captureOnce(ctx context.Context, b *testing.B, cfg *rest.Config) captureRun
 		}
 		res, err := snapshot.Capture(ctx, cfg, snapshot.Options{
 			Operator: "mysql-operator", Namespace: "mysql-system",
-			Manifests: []*unstructured.Unstructured{testfixture.MySQLCRD()},
+			Manifests: []*unstructured.Unstructured{testfixture.MySQLCRD()}, Parallelism: benchParallelism,
 		}, w)
 		if err != nil {
 			b.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -187,7 +188,7 @@ var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version:
 func (c *capturer) write(section string, obj *unstructured.Unstructured) error {
 	Canonicalize(obj)
 	if uid := obj.GetUID(); uid != "" {
-		c.written[uid] = struct{}{}
+		c.written[cloneUID(uid)] = struct{}{}
 	}
 	switch section {
 	case SectionCRD:
@@ -320,7 +321,7 @@ func (c *capturer) captureCRs(ctx context.Context, crds []crdInfo) error {
 	}
 	return c.orderedLists(ctx, gvrs, func(_ schema.GroupVersionResource, items []unstructured.Unstructured) error {
 		for i := range items {
-			c.crUIDs[items[i].GetUID()] = struct{}{}
+			c.crUIDs[cloneUID(items[i].GetUID())] = struct{}{}
 			if err := c.write(SectionCR, &items[i]); err != nil {
 				return err
 			}
@@ -451,9 +452,9 @@ func (c *capturer) spoolCandidates(ctx context.Context) (*spool, error) {
 			if len(refs) == 0 {
 				continue
 			}
-			e := spooled{uid: items[i].GetUID()}
+			e := spooled{uid: cloneUID(items[i].GetUID())}
 			for _, r := range refs {
-				e.owners = append(e.owners, r.UID)
+				e.owners = append(e.owners, cloneUID(r.UID))
 			}
 			b, err := json.Marshal(items[i].Object)
 			if err != nil {
@@ -532,3 +533,7 @@ func (c *capturer) writeChildren(sp *spool) error {
 func IsSecret(u *unstructured.Unstructured) bool {
 	return u.GetAPIVersion() == "v1" && u.GetKind() == "Secret"
 }
+
+// cloneUID copies a UID so that keeping it does not keep the decoded page it came from (a
+// decoder may hand out strings that share one large buffer).
+func cloneUID(u types.UID) types.UID { return types.UID(strings.Clone(string(u))) }
