@@ -590,3 +590,52 @@ func TestCrashAtEachStep(t *testing.T) {
 func schemaGVR(g, v, r string) schema.GroupVersionResource {
 	return schema.GroupVersionResource{Group: g, Version: v, Resource: r}
 }
+
+// rewind runs the CLI in-process against the shared hub.
+func rewind(t *testing.T, ns string, args ...string) string {
+	t.Helper()
+	var out bytes.Buffer
+	cmd := cli.NewRootCommand()
+	cmd.SetArgs(append(args, "--kubeconfig", env.Hub.Kubeconfig, "-n", ns))
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	if err := cmd.ExecuteContext(t.Context()); err != nil {
+		t.Fatalf("rewind %v: %v\n%s", args, err, out.String())
+	}
+	return out.String()
+}
+
+func TestApprovalPauseAndResume(t *testing.T) {
+	waves := waves2()
+	waves[1].RequireApproval = true
+	f := newFleet(t, waves)
+	// Paused from the start: nothing happens until it is resumed.
+	rewind(t, f.ns, "rollout", "pause", f.name)
+	startManager(t, nil)
+	f.waitPhase("mysql-a", v1alpha1.RolloutPaused, time.Minute)
+	if ro := f.rollout(); ro.Status.Clusters[0].Phase != v1alpha1.ClusterPending {
+		t.Fatalf("a paused rollout must not start a cluster: %+v", ro.Status.Clusters[0])
+	}
+	rewind(t, f.ns, "rollout", "resume", f.name)
+	// Wave 1 runs, then wave 2 waits for a person.
+	ro := f.waitPhase("mysql-a", v1alpha1.RolloutWaitingForApproval, 2*time.Minute)
+	for _, c := range ro.Status.Clusters {
+		want := v1alpha1.ClusterPending
+		if c.Cluster == "member1" {
+			want = v1alpha1.ClusterSucceeded
+		}
+		if c.Phase != want {
+			t.Errorf("%s is %s while wave 2 waits for approval, want %s", c.Cluster, c.Phase, want)
+		}
+	}
+	if out := rewind(t, f.ns, "rollout", "status", f.name); !strings.Contains(out, "rewind rollout approve") {
+		t.Errorf("status must say how to approve:\n%s", out)
+	}
+	rewind(t, f.ns, "rollout", "approve", f.name)
+	f.waitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	for _, m := range env.Members {
+		if rec := f.record(m); rec == nil || rec.Release != "mysql-a" {
+			t.Errorf("%s record %+v, want mysql-a", m.Name, rec)
+		}
+	}
+}
