@@ -156,16 +156,4 @@ func Get(ctx context.Context, c client.Reader, namespace, digest string) ([]byte
 	return buf, nil
 }
 
-// Exists reports whether the payload with digest is fully stored.
-func Exists(ctx context.Context, c client.Reader, namespace, digest string) (bool, error) {
-	_, err := Get(ctx, c, namespace, digest)
-	if err == nil {
-		return true, nil
-	}
-	if strings.Contains(err.Error(), "is not stored") {
-		return false, nil
-	}
-	return false, err
-}
-
 func ptrTrue() *bool { b := true; return &b }

@@ -13,7 +13,6 @@ import (
 	"github.com/rewind-dev/rewind/internal/member"
 	"github.com/rewind-dev/rewind/internal/release"
 	"github.com/rewind-dev/rewind/internal/restore"
-	"github.com/rewind-dev/rewind/internal/snapshot"
 )
 
 func newSnapshotRestoreCommand(h *hubFlags) *cobra.Command {
@@ -38,11 +37,7 @@ again after an interruption and it resumes. Restoring twice changes nothing the 
 				return fmt.Errorf("--cluster is required (the member to restore)")
 			}
 			ctx := cmd.Context()
-			c, err := h.client()
-			if err != nil {
-				return err
-			}
-			snap, err := getSnapshot(ctx, c, h.ns(), args[0])
+			c, hub, snap, err := openSnapshot(ctx, h, args[0])
 			if err != nil {
 				return err
 			}
@@ -53,7 +48,6 @@ again after an interruption and it resumes. Restoring twice changes nothing the 
 			if snap.Spec.Cluster != cluster && snap.Status.ClusterID != mc.Status.ClusterID {
 				return fmt.Errorf("snapshot %s was taken on cluster %s (ID %s), not %s: restoring it elsewhere is not supported", snap.Name, snap.Spec.Cluster, snap.Status.ClusterID, cluster)
 			}
-			hub := &snapshot.Hub{Client: c}
 			hdr, entries, err := hub.Load(ctx, snap)
 			if err != nil {
 				return fmt.Errorf("snapshot %s cannot be restored: %w", snap.Name, err)

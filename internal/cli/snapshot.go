@@ -138,6 +138,19 @@ func getSnapshot(ctx context.Context, c client.Client, ns, name string) (*v1alph
 	return snap, nil
 }
 
+// openSnapshot connects to the hub and reads the Snapshot NAME of the hub namespace.
+func openSnapshot(ctx context.Context, h *hubFlags, name string) (client.Client, *snapshot.Hub, *v1alpha1.Snapshot, error) {
+	c, err := h.client()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	snap, err := getSnapshot(ctx, c, h.ns(), name)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return c, &snapshot.Hub{Client: c}, snap, nil
+}
+
 func newSnapshotListCommand(h *hubFlags) *cobra.Command {
 	var output, cluster, operator string
 	cmd := &cobra.Command{
@@ -206,15 +219,10 @@ func newSnapshotShowCommand(h *hubFlags) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			c, err := h.client()
+			_, hub, snap, err := openSnapshot(ctx, h, args[0])
 			if err != nil {
 				return err
 			}
-			snap, err := getSnapshot(ctx, c, h.ns(), args[0])
-			if err != nil {
-				return err
-			}
-			hub := &snapshot.Hub{Client: c}
 			_, entries, err := hub.Load(ctx, snap)
 			if err != nil {
 				return err
@@ -282,12 +290,7 @@ func newSnapshotDiffCommand(h *hubFlags) *cobra.Command {
 				return fmt.Errorf("compare with either --live or a second snapshot NAME2")
 			}
 			ctx := cmd.Context()
-			c, err := h.client()
-			if err != nil {
-				return err
-			}
-			hub := &snapshot.Hub{Client: c}
-			snap, err := getSnapshot(ctx, c, h.ns(), args[0])
+			c, hub, snap, err := openSnapshot(ctx, h, args[0])
 			if err != nil {
 				return err
 			}
@@ -365,15 +368,10 @@ func newSnapshotVerifyCommand(h *hubFlags) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			c, err := h.client()
+			_, hub, snap, err := openSnapshot(ctx, h, args[0])
 			if err != nil {
 				return err
 			}
-			snap, err := getSnapshot(ctx, c, h.ns(), args[0])
-			if err != nil {
-				return err
-			}
-			hub := &snapshot.Hub{Client: c}
 			if err := hub.Verify(ctx, snap); err != nil {
 				return fmt.Errorf("snapshot %s FAILED verification: %w", snap.Name, err)
 			}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -94,7 +95,7 @@ func (s *scope) patch(ctx context.Context) error {
 }
 
 func equalStatus(a, b *v1alpha1.Rollout) bool {
-	return fmt.Sprintf("%+v", a.Status) == fmt.Sprintf("%+v", b.Status)
+	return equality.Semantic.DeepEqual(a.Status, b.Status)
 }
 
 func (s *scope) cluster(name string) *v1alpha1.ClusterProgress {

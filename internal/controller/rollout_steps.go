@@ -2,6 +2,8 @@ package controller
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -32,11 +34,12 @@ import (
 
 // memberConn is a cached connection to one member cluster.
 type memberConn struct {
-	secretVersion string
-	cfg           *rest.Config
-	client        client.Client
-	dyn           dynamic.Interface
-	mapper        *restmapper.DeferredDiscoveryRESTMapper
+	// credentials is a hash of the kubeconfig's server and credentials.
+	credentials string
+	cfg         *rest.Config
+	client      client.Client
+	dyn         dynamic.Interface
+	mapper      *restmapper.DeferredDiscoveryRESTMapper
 }
 
 // conn returns a connection to a member, rebuilt when its kubeconfig Secret changes.
@@ -50,13 +53,19 @@ func (r *RolloutReconciler) conn(ctx context.Context, name string) (*memberConn,
 		return nil, err
 	}
 	cfg.Timeout = 20 * time.Second
-	key := cfg.Host + "|" + cfg.BearerToken[:min(8, len(cfg.BearerToken))]
+	// The connection is rebuilt whenever anything in the kubeconfig changes.
+	sum := sha256.New()
+	for _, part := range [][]byte{[]byte(cfg.Host), []byte(cfg.BearerToken), cfg.CAData, cfg.CertData, cfg.KeyData} {
+		sum.Write(part)
+		sum.Write([]byte{0})
+	}
+	key := hex.EncodeToString(sum.Sum(nil))
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.members == nil {
 		r.members = map[string]*memberConn{}
 	}
-	if c := r.members[name]; c != nil && c.secretVersion == key {
+	if c := r.members[name]; c != nil && c.credentials == key {
 		return c, nil
 	}
 	cl, err := client.New(cfg, client.Options{Scheme: member.Scheme})
@@ -71,7 +80,7 @@ func (r *RolloutReconciler) conn(ctx context.Context, name string) (*memberConn,
 	if err != nil {
 		return nil, err
 	}
-	c := &memberConn{secretVersion: key, cfg: cfg, client: cl, dyn: dyn, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))}
+	c := &memberConn{credentials: key, cfg: cfg, client: cl, dyn: dyn, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))}
 	r.members[name] = c
 	return c, nil
 }

@@ -246,7 +246,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) (*Report, error) {
 			group, _, _ := unstructured.NestedString(e.Object.Object, "spec", "group")
 			kind, _, _ := unstructured.NestedString(e.Object.Object, "spec", "names", "kind")
 			plural, _, _ := unstructured.NestedString(e.Object.Object, "spec", "names", "plural")
-			r.crdGVR[schema.GroupKind{Group: group, Kind: kind}] = schema.GroupVersionResource{Group: group, Version: storageVersion(e.Object), Resource: plural}
+			r.crdGVR[schema.GroupKind{Group: group, Kind: kind}] = schema.GroupVersionResource{Group: group, Version: snapshot.StorageVersion(e.Object), Resource: plural}
 		}
 	}
 	r.markHeld()
@@ -298,18 +298,6 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) (*Report, error) {
 	sort.Strings(r.rep.Recreated)
 	r.rep.Duration = time.Since(start)
 	return r.rep, nil
-}
-
-func storageVersion(crd *unstructured.Unstructured) string {
-	vs, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
-	for _, v := range vs {
-		m, _ := v.(map[string]any)
-		if s, _ := m["storage"].(bool); s {
-			n, _ := m["name"].(string)
-			return n
-		}
-	}
-	return ""
 }
 
 // keyOf names an object for reports and the held set.

@@ -309,13 +309,13 @@ func (r *restorer) restoreCRD(ctx context.Context, snap *unstructured.Unstructur
 	group, _, _ := unstructured.NestedString(snap.Object, "spec", "group")
 	kind, _, _ := unstructured.NestedString(snap.Object, "spec", "names", "kind")
 	plural, _, _ := unstructured.NestedString(snap.Object, "spec", "names", "plural")
-	want := storageVersion(snap)
+	want := snapshot.StorageVersion(snap)
 	wantStored, _, _ := unstructured.NestedStringSlice(snap.Object, "status", "storedVersions")
 	liveStored, _, _ := unstructured.NestedStringSlice(live.Object, "status", "storedVersions")
 
-	if storageVersion(live) != want || !reflect.DeepEqual(liveStored, wantStored) {
+	if snapshot.StorageVersion(live) != want || !reflect.DeepEqual(liveStored, wantStored) {
 		// 1. The snapshot's storage version stores again; newer versions stay served.
-		if storageVersion(live) != want {
+		if snapshot.StorageVersion(live) != want {
 			versions, _, _ := unstructured.NestedSlice(live.Object, "spec", "versions")
 			found := false
 			for _, v := range versions {

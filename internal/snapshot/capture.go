@@ -226,14 +226,7 @@ func (c *capturer) captureCRDs(ctx context.Context) ([]crdInfo, error) {
 		}
 		group, _, _ := unstructured.NestedString(crd.Object, "spec", "group")
 		plural, _, _ := unstructured.NestedString(crd.Object, "spec", "names", "plural")
-		storage := ""
-		versions, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
-		for _, v := range versions {
-			m, _ := v.(map[string]any)
-			if s, _ := m["storage"].(bool); s {
-				storage, _ = m["name"].(string)
-			}
-		}
+		storage := StorageVersion(crd)
 		if err := c.write(SectionCRD, crd); err != nil {
 			return nil, err
 		}
@@ -537,3 +530,16 @@ func IsSecret(u *unstructured.Unstructured) bool {
 // cloneUID copies a UID so that keeping it does not keep the decoded page it came from (a
 // decoder may hand out strings that share one large buffer).
 func cloneUID(u types.UID) types.UID { return types.UID(strings.Clone(string(u))) }
+
+// StorageVersion returns the version a CRD stores its objects at ("" if none is marked).
+func StorageVersion(crd *unstructured.Unstructured) string {
+	vs, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
+	for _, v := range vs {
+		m, _ := v.(map[string]any)
+		if s, _ := m["storage"].(bool); s {
+			n, _ := m["name"].(string)
+			return n
+		}
+	}
+	return ""
+}
