@@ -408,31 +408,16 @@ func TestUpgradeThenManualRollback(t *testing.T) {
 	}
 	snaps := ro.Status.History[len(ro.Status.History)-1].Snapshots
 	// `rewind rollback` sets spec.release back to A: rollback is a desired state.
-	var out bytes.Buffer
-	cmd := cli.NewRootCommand()
-	cmd.SetArgs([]string{"rollback", f.name, "--kubeconfig", env.Hub.Kubeconfig, "-n", f.ns})
-	cmd.SetOut(&out)
-	cmd.SetErr(&out)
-	if err := cmd.ExecuteContext(t.Context()); err != nil {
-		t.Fatalf("rewind rollback: %v\n%s", err, out.String())
-	}
-	if got := f.rollout().Spec.Release; got != "mysql-a" || !strings.Contains(out.String(), "rolling back from mysql-b to mysql-a") {
-		t.Fatalf("rewind rollback must set spec.release to mysql-a, got %s:\n%s", got, out.String())
+	out := rewind(t, f.ns, "rollback", f.name)
+	if got := f.rollout().Spec.Release; got != "mysql-a" || !strings.Contains(out, "rolling back from mysql-b to mysql-a") {
+		t.Fatalf("rewind rollback must set spec.release to mysql-a, got %s:\n%s", got, out)
 	}
 	ro = f.waitPhase("mysql-a", v1alpha1.RolloutRolledBack, 3*time.Minute)
-	out.Reset()
-	cmd = cli.NewRootCommand()
-	cmd.SetArgs([]string{"history", f.name, "--kubeconfig", env.Hub.Kubeconfig, "-n", f.ns})
-	cmd.SetOut(&out)
-	if err := cmd.ExecuteContext(t.Context()); err != nil || strings.Count(out.String(), "Succeeded") < 2 || !strings.Contains(out.String(), "mysql-b") {
-		t.Errorf("rewind history: %v\n%s", err, out.String())
+	if out := rewind(t, f.ns, "history", f.name); strings.Count(out, "Succeeded") < 2 || !strings.Contains(out, "mysql-b") {
+		t.Errorf("rewind history:\n%s", out)
 	}
-	out.Reset()
-	cmd = cli.NewRootCommand()
-	cmd.SetArgs([]string{"rollout", "status", f.name, "--kubeconfig", env.Hub.Kubeconfig, "-n", f.ns})
-	cmd.SetOut(&out)
-	if err := cmd.ExecuteContext(t.Context()); err != nil || !strings.Contains(out.String(), "RolledBack") || strings.Count(out.String(), "Restore") < 3 {
-		t.Errorf("rewind rollout status: %v\n%s", err, out.String())
+	if out := rewind(t, f.ns, "rollout", "status", f.name); !strings.Contains(out, "RolledBack") || strings.Count(out, "Restore") < 3 {
+		t.Errorf("rewind rollout status:\n%s", out)
 	}
 	if c := meta.FindStatusCondition(ro.Status.Conditions, v1alpha1.ConditionRolledBack); c == nil || c.Reason != v1alpha1.ReasonManualRollback {
 		t.Errorf("RolledBack condition %+v", c)
