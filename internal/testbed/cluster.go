@@ -106,6 +106,9 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 		"--profiling=false",
 		"--max-requests-inflight=1000",
 		"--max-mutating-requests-inflight=500",
+		// Webhook Services resolve through their EndpointSlices, not their ClusterIP (there is no
+		// kube-proxy): the sample operator's runner publishes its conversion webhook that way.
+		"--enable-aggregator-routing=true",
 	}
 	if err := c.writeKubeconfig(); err != nil {
 		return err
