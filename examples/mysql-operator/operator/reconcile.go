@@ -112,7 +112,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name + "-config", Namespace: ns}}
 	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, cm, func() error {
 		cm.Labels = childLabels(name)
-		cm.Data = map[string]string{"my.cnf": "[mysqld]\n" + spec.Config + "\n", "mysql-version": spec.MySQLVersion}
+		cm.Data = map[string]string{"my.cnf": "[mysqld]\n" + spec.Config + "\n", "mysql-version": spec.MySQLVersion,
+			"reconciled-by": "mysql-operator " + r.Build.Version}
 		if spec.BackupSchedule != "" {
 			cm.Data["backup-schedule"] = spec.BackupSchedule
 		}

@@ -367,6 +367,14 @@ func (m *memberRunner) plumbWebhook(ctx context.Context) error {
 	if p, ok, _ := unstructured.NestedInt64(crd.Object, "spec", "conversion", "webhook", "clientConfig", "service", "port"); ok {
 		port = p
 	}
+	// The CA first: an endpoint that the API server cannot trust only produces TLS errors.
+	bundle, _, _ := unstructured.NestedString(crd.Object, "spec", "conversion", "webhook", "clientConfig", "caBundle")
+	if bundle != m.r.ca.bundleBase64() {
+		patch := fmt.Sprintf(`{"spec":{"conversion":{"webhook":{"clientConfig":{"caBundle":%q}}}}}`, m.r.ca.bundleBase64())
+		if _, err := m.dyn.Resource(crdGVR).Patch(ctx, crdName, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: sliceManager}); err != nil {
+			return fmt.Errorf("injecting the CA into CRD %s: %w", crdName, err)
+		}
+	}
 	svc, err := m.kube.CoreV1().Services(svcNS).Get(ctx, svcName, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("conversion webhook Service %s/%s: %w", svcNS, svcName, err)
@@ -396,13 +404,6 @@ func (m *memberRunner) plumbWebhook(ctx context.Context) error {
 		cur.Labels, cur.AddressType, cur.Endpoints, cur.Ports = slice.Labels, slice.AddressType, slice.Endpoints, slice.Ports
 		if _, err := m.kube.DiscoveryV1().EndpointSlices(svcNS).Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
 			return fmt.Errorf("EndpointSlice %s/%s: %w", svcNS, slice.Name, err)
-		}
-	}
-	bundle, _, _ := unstructured.NestedString(crd.Object, "spec", "conversion", "webhook", "clientConfig", "caBundle")
-	if bundle != m.r.ca.bundleBase64() {
-		patch := fmt.Sprintf(`{"spec":{"conversion":{"webhook":{"clientConfig":{"caBundle":%q}}}}}`, m.r.ca.bundleBase64())
-		if _, err := m.dyn.Resource(crdGVR).Patch(ctx, crdName, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: sliceManager}); err != nil {
-			return fmt.Errorf("injecting the CA into CRD %s: %w", crdName, err)
 		}
 	}
 	return nil
