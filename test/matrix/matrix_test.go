@@ -21,10 +21,10 @@ import (
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/rewind-dev/rewind/api/v1alpha1"
 	mysqloperator "github.com/rewind-dev/rewind/examples/mysql-operator"
 	"github.com/rewind-dev/rewind/examples/mysql-operator/operator"
 	"github.com/rewind-dev/rewind/examples/mysql-operator/runner"
-	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/cli"
 	"github.com/rewind-dev/rewind/internal/controller"
 	"github.com/rewind-dev/rewind/internal/restore"
