@@ -4,7 +4,9 @@
 package mysqloperator
 
 import (
+	"crypto/sha256"
 	"embed"
+	"encoding/hex"
 	"fmt"
 	"io/fs"
 	"os"
@@ -43,17 +45,19 @@ func (p Package) ReleaseArgs(name string) []string {
 		"--install-namespace", "mysql-operator-system"}
 }
 
-// Write copies the release of version ("1.0.0", "v2", ...) into dir/<major>[-failing] and returns
-// where it is. failReconcile builds the same release with the operator started with
-// --fail-reconcile: a bad release that really fails its health gate.
-func Write(dir, version string, failReconcile bool) (Package, error) {
+// Write copies the release of version ("1.0.0", "v2", ...) into dir/<major> and returns where it
+// is. With args, the release starts the operator with these extra arguments (in
+// dir/<major>-<n>): for example --fail-reconcile or --fail-on-config=S make a bad release that
+// really fails its health gate.
+func Write(dir, version string, args ...string) (Package, error) {
 	b, err := operator.BuildFor(version)
 	if err != nil {
 		return Package{}, err
 	}
 	name := b.Major()
-	if failReconcile {
-		name += "-failing"
+	if len(args) > 0 {
+		sum := sha256.Sum256([]byte(strings.Join(args, "\x00")))
+		name += "-" + hex.EncodeToString(sum[:4])
 	}
 	out := filepath.Join(dir, name)
 	src := "deploy/" + b.Major()
@@ -83,27 +87,30 @@ func Write(dir, version string, failReconcile bool) (Package, error) {
 	default:
 		p.Source = SourceBundle
 	}
-	if failReconcile {
-		if err := addFailFlag(p); err != nil {
+	if len(args) > 0 {
+		if err := addArgs(p, args); err != nil {
 			return Package{}, err
 		}
 	}
 	return p, nil
 }
 
-// addFailFlag adds --fail-reconcile to the operator container's arguments.
-func addFailFlag(p Package) error {
+// addArgs adds args to the operator container's arguments: in the chart's values
+// (extraArgs), the plain Deployment, or the CSV's deployment.
+func addArgs(p Package, args []string) error {
 	switch p.Source {
 	case SourceChart:
-		values := filepath.Join(p.Dir, "values.yaml")
-		data, err := os.ReadFile(values)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(values, []byte(strings.Replace(string(data), "failReconcile: false", "failReconcile: true", 1)), 0o644)
+		return editYAML(filepath.Join(p.Dir, "values.yaml"), func(m map[string]any) error {
+			extra, _ := m["extraArgs"].([]any)
+			for _, a := range args {
+				extra = append(extra, a)
+			}
+			m["extraArgs"] = extra
+			return nil
+		})
 	case SourceManifests:
 		return editYAML(filepath.Join(p.Dir, "20-deployment.yaml"), func(m map[string]any) error {
-			return appendArg(m, "spec", "template", "spec", "containers")
+			return appendArgs(m, args, "spec", "template", "spec", "containers")
 		})
 	default:
 		return editYAML(filepath.Join(p.Dir, "manifests", "mysql-operator.clusterserviceversion.yaml"), func(m map[string]any) error {
@@ -111,7 +118,7 @@ func addFailFlag(p Package) error {
 			if len(deps) == 0 {
 				return fmt.Errorf("the CSV has no deployments")
 			}
-			return appendArg(deps[0].(map[string]any), "spec", "template", "spec", "containers")
+			return appendArgs(deps[0].(map[string]any), args, "spec", "template", "spec", "containers")
 		})
 	}
 }
@@ -147,13 +154,16 @@ func dig(m map[string]any, fields ...string) any {
 	return cur
 }
 
-func appendArg(m map[string]any, containersPath ...string) error {
+func appendArgs(m map[string]any, add []string, containersPath ...string) error {
 	cs, _ := dig(m, containersPath...).([]any)
 	if len(cs) == 0 {
 		return fmt.Errorf("no containers at %s", strings.Join(containersPath, "."))
 	}
 	c := cs[0].(map[string]any)
 	args, _ := c["args"].([]any)
-	c["args"] = append(args, "--fail-reconcile")
+	for _, a := range add {
+		args = append(args, a)
+	}
+	c["args"] = args
 	return nil
 }

@@ -125,7 +125,7 @@ func jump(t *testing.T, hub client.Client, r *runner.Runner, m *testbed.Cluster,
 	dir := t.TempDir()
 	names := map[string]string{}
 	for _, v := range []string{from, to} {
-		p, err := mysqloperator.Write(dir, v, false)
+		p, err := mysqloperator.Write(dir, v)
 		if err != nil {
 			t.Fatal(err)
 		}

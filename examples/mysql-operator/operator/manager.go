@@ -24,6 +24,8 @@ type Options struct {
 	Build Build
 	// FailReconcile: see Reconciler.FailReconcile (flag --fail-reconcile).
 	FailReconcile bool
+	// FailOnConfig: see Reconciler.FailOnConfig (flag --fail-on-config).
+	FailOnConfig string
 	// WebhookHost and WebhookPort are where the conversion webhook listens (builds that serve
 	// it); flag --webhook-port.
 	WebhookHost string
@@ -46,6 +48,7 @@ func (o *Options) ParseArgs(args []string) error {
 	fs.ParseErrorsAllowlist.UnknownFlags = true
 	fs.SetOutput(io.Discard)
 	fs.BoolVar(&o.FailReconcile, "fail-reconcile", o.FailReconcile, "fail every reconcile (a deliberately bad build)")
+	fs.StringVar(&o.FailOnConfig, "fail-on-config", o.FailOnConfig, "fail reconciling MySQLClusters whose spec.config contains this text (a deliberately bad build)")
 	fs.IntVar(&o.WebhookPort, "webhook-port", o.WebhookPort, "port of the conversion webhook")
 	fs.StringVar(&o.CertDir, "cert-dir", o.CertDir, "folder with tls.crt and tls.key for the webhook")
 	if err := fs.Parse(args); err != nil {
@@ -89,7 +92,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if o.Build.ServesConversion {
 		mgr.GetWebhookServer().Register("/convert", ConversionHandler())
 	}
-	r := &Reconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Build: o.Build, FailReconcile: o.FailReconcile}
+	r := &Reconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Build: o.Build, FailReconcile: o.FailReconcile, FailOnConfig: o.FailOnConfig}
 	cr := &unstructured.Unstructured{}
 	cr.SetGroupVersionKind(GVK(o.Build.APIVersion))
 	err = ctrl.NewControllerManagedBy(mgr).

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -82,6 +83,9 @@ type Reconciler struct {
 	// FailReconcile makes every reconcile fail (a deliberately bad build): the Ready condition
 	// turns False and the children are left alone.
 	FailReconcile bool
+	// FailOnConfig, when set, makes reconciles of MySQLClusters whose spec.config contains it
+	// fail: a data-dependent bug that a canary without such objects does not catch.
+	FailOnConfig string
 }
 
 // Labels of every child of a MySQLCluster.
@@ -108,6 +112,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	spec := ReadSpec(cr, r.Build.APIVersion)
 	name, ns := cr.GetName(), cr.GetNamespace()
+	if r.FailOnConfig != "" && strings.Contains(spec.Config, r.FailOnConfig) {
+		return ctrl.Result{RequeueAfter: 30 * time.Second}, r.setStatus(ctx, cr, 0, "Failed", metav1.Condition{
+			Type: "Ready", Status: metav1.ConditionFalse, Reason: "InvalidConfig",
+			Message: fmt.Sprintf("spec.config: mysql-operator %s cannot parse %q", r.Build.Version, r.FailOnConfig),
+		})
+	}
 
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name + "-config", Namespace: ns}}
 	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, cm, func() error {

@@ -36,9 +36,9 @@ func gvr(version string) schema.GroupVersionResource {
 }
 
 // install renders a release of the sample operator and applies it as a rollout would.
-func install(t *testing.T, c client.Client, version string, failing bool) {
+func install(t *testing.T, c client.Client, version string, args ...string) {
 	t.Helper()
-	p, err := mysqloperator.Write(t.TempDir(), version, failing)
+	p, err := mysqloperator.Write(t.TempDir(), version, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func TestRunnerRunsTheInstalledReleaseAndItsConversionWebhook(t *testing.T) {
 	ns := testenv.Namespace(t, m.RESTConfig())
 
 	// Release 1.0.0: v1alpha1 objects get their children and become Ready.
-	install(t, c, "v1", false)
+	install(t, c, "v1")
 	waitRunning(t, r, m.Name, "1.0.0", false)
 	for i := range 3 {
 		u := &unstructured.Unstructured{Object: map[string]any{
@@ -155,7 +155,7 @@ func TestRunnerRunsTheInstalledReleaseAndItsConversionWebhook(t *testing.T) {
 
 	// Release 3.0.0 (OLM bundle): v1 storage with spec.mysqlVersion, converted by the webhook
 	// this process serves; the objects stored at v1alpha1 read as v1.
-	install(t, c, "v3", false)
+	install(t, c, "v3")
 	waitRunning(t, r, m.Name, "3.0.0", false)
 	waitReady(t, dyn, ns, "v1", 3, metav1.ConditionTrue)
 	got, err := dyn.Resource(gvr("v1")).Namespace(ns).Get(t.Context(), "db-1", metav1.GetOptions{})
@@ -189,7 +189,7 @@ func TestRunnerRunsTheInstalledReleaseAndItsConversionWebhook(t *testing.T) {
 	waitReady(t, dyn, ns, "v1", 4, metav1.ConditionTrue)
 
 	// A 3.0.0 build started with --fail-reconcile really fails: Ready turns False.
-	install(t, c, "v3", true)
+	install(t, c, "v3", "--fail-reconcile")
 	waitRunning(t, r, m.Name, "3.0.0", true)
 	waitReady(t, dyn, ns, "v1", 4, metav1.ConditionFalse)
 
