@@ -33,9 +33,10 @@ verify-generate: generate ## Fail when generated files are stale.
 		echo "Generated files are stale: run 'make generate' and commit the result."; exit 1; fi
 
 .PHONY: build
-build: ## Build bin/rewind (and bin/kubectl-rewind, the kubectl plugin).
+build: ## Build bin/rewind (and bin/kubectl-rewind, the kubectl plugin, with its completion hook).
 	$(GO) build -o $(BIN_DIR)/rewind ./cmd/rewind
 	ln -sf rewind $(BIN_DIR)/kubectl-rewind
+	ln -sf rewind $(BIN_DIR)/kubectl_complete-rewind
 
 .PHONY: testbed-bins
 testbed-bins: ## Build the testbed binaries (kube-apiserver, kcm, scheduler, etcd, kwok, kubectl) once; about 15 minutes cold.

@@ -1,5 +1,6 @@
 // Command rewind releases Kubernetes operators to many clusters in waves and can always bring
-// them back. Installed as kubectl-rewind it is also a kubectl plugin.
+// them back. Installed as kubectl-rewind it is also a kubectl plugin (`kubectl rewind ...`),
+// and as kubectl_complete-rewind it completes `kubectl rewind ...` for kubectl's shell completion.
 package main
 
 import (
@@ -14,7 +15,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	err := cli.NewRootCommand().ExecuteContext(ctx)
+	err := cli.NewCommandFor(os.Args[0], os.Args[1:]).ExecuteContext(ctx)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "Error:", err)

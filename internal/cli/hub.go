@@ -1,19 +1,20 @@
 package cli
 
 import (
-	"encoding/json"
+	"context"
 	"fmt"
-	"io"
+	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 )
@@ -26,34 +27,72 @@ func init() {
 	_ = v1alpha1.AddToScheme(hubScheme)
 }
 
-// hubFlags are the kubectl-like flags that say which hub cluster and namespace to use.
+// hubFlags are the kubectl-like flags that say which hub cluster and namespace to use, and
+// how the user runs rewind.
 type hubFlags struct {
 	kubeconfig, context, namespace string
+	// prog is what the user types to run rewind: "rewind", or "kubectl rewind" when it runs as
+	// a kubectl plugin. Hints in errors and messages use it.
+	prog string
 }
 
 func (h *hubFlags) register(cmd *cobra.Command) {
 	f := cmd.PersistentFlags()
-	f.StringVar(&h.kubeconfig, "kubeconfig", "", "kubeconfig of the hub cluster (default: $KUBECONFIG or ~/.kube/config)")
-	f.StringVar(&h.context, "context", "", "kubeconfig context of the hub to use")
+	f.StringVar(&h.kubeconfig, "kubeconfig", "", "kubeconfig of the hub cluster (default: the files in $KUBECONFIG, else ~/.kube/config)")
+	f.StringVar(&h.context, "context", "", "kubeconfig context of the hub to use (default: the current context)")
 	f.StringVarP(&h.namespace, "namespace", "n", "", "hub namespace of releases, rollouts and snapshots (default: the context's namespace, else default)")
+	_ = cmd.RegisterFlagCompletionFunc("context", h.completeContexts)
+	_ = cmd.RegisterFlagCompletionFunc("namespace", h.completeNamespaces)
 }
 
+// loader resolves the hub kubeconfig as kubectl does: --kubeconfig alone when given, else
+// every file of $KUBECONFIG merged (the first file that sets a value wins), else
+// ~/.kube/config, else the in-cluster service account; --context picks the context.
 func (h *hubFlags) loader() clientcmd.ClientConfig {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if h.kubeconfig != "" {
-		rules.ExplicitPath = h.kubeconfig
-	}
-	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: h.context})
+	rules.ExplicitPath = h.kubeconfig
+	overrides := &clientcmd.ConfigOverrides{CurrentContext: h.context}
+	overrides.Context.Namespace = h.namespace
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
 }
 
 // config returns the hub's client configuration.
 func (h *hubFlags) config() (*rest.Config, error) {
-	cfg, err := h.loader().ClientConfig()
+	loader := h.loader()
+	if h.context != "" {
+		// clientcmd only says `context "x" does not exist`; name the flag and the choices.
+		raw, err := loader.RawConfig()
+		if err != nil {
+			return nil, fmt.Errorf("loading the hub kubeconfig (set --kubeconfig or $KUBECONFIG): %w", err)
+		}
+		if _, ok := raw.Contexts[h.context]; !ok {
+			return nil, fmt.Errorf("--context %q is not in the kubeconfig %s; its contexts: %s",
+				h.context, h.kubeconfigSource(), dash(strings.Join(sortedKeys(raw.Contexts), ", ")))
+		}
+	}
+	cfg, err := loader.ClientConfig()
 	if err != nil {
-		return nil, fmt.Errorf("loading the hub kubeconfig (set --kubeconfig or $KUBECONFIG): %w", err)
+		return nil, fmt.Errorf("loading the hub kubeconfig %s (set --kubeconfig or $KUBECONFIG): %w", h.kubeconfigSource(), err)
 	}
 	cfg.QPS, cfg.Burst = 50, 100
 	return cfg, nil
+}
+
+// kubeconfigSource says which files the hub kubeconfig is read from.
+func (h *hubFlags) kubeconfigSource() string {
+	if h.kubeconfig != "" {
+		return h.kubeconfig
+	}
+	return strings.Join(clientcmd.NewDefaultClientConfigLoadingRules().GetLoadingPrecedence(), string(filepath.ListSeparator))
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
 }
 
 // client returns a client for the hub.
@@ -65,7 +104,7 @@ func (h *hubFlags) client() (client.Client, error) {
 	return client.New(cfg, client.Options{Scheme: hubScheme})
 }
 
-// ns returns the namespace to work in.
+// ns returns the namespace to work in: -n, else the context's namespace, else default.
 func (h *hubFlags) ns() string {
 	if h.namespace != "" {
 		return h.namespace
@@ -81,39 +120,31 @@ func hubError(err error) error {
 	if err == nil {
 		return nil
 	}
-	if meta.IsNoMatchError(err) || strings.Contains(err.Error(), "the server could not find the requested resource") {
+	if isMissingAPI(err) {
 		return fmt.Errorf("the hub does not serve rewind.dev/v1alpha1: run `rewind install` against it first (%w)", err)
 	}
 	return err
 }
 
-// outputFlag adds -o/--output with the given formats.
-func outputFlag(cmd *cobra.Command, p *string) {
-	cmd.Flags().StringVarP(p, "output", "o", "table", "output format: table, json or yaml")
-	_ = cmd.RegisterFlagCompletionFunc("output", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
-		return []string{"table", "json", "yaml"}, cobra.ShellCompDirectiveNoFileComp
-	})
+// isMissingAPI says the hub does not serve the resource at all (the CRDs are not installed).
+func isMissingAPI(err error) bool {
+	return meta.IsNoMatchError(err) || strings.Contains(err.Error(), "the server could not find the requested resource")
 }
 
-// printStructured prints v as JSON or YAML; ok is false for the table format.
-func printStructured(out io.Writer, format string, v any) (ok bool, err error) {
-	switch format {
-	case "json":
-		b, err := json.MarshalIndent(v, "", "  ")
-		if err != nil {
-			return true, err
-		}
-		_, err = fmt.Fprintln(out, string(b))
-		return true, err
-	case "yaml":
-		b, err := yaml.Marshal(v)
-		if err != nil {
-			return true, err
-		}
-		_, err = out.Write(b)
-		return true, err
-	case "table", "":
-		return false, nil
+// getHubObject reads a hub object. When it does not exist the error names its kind, name and
+// namespace and the command that lists them, e.g.
+// `snapshot "nope" not found in namespace team-a (list them with: rewind snapshot list -n team-a)`.
+func getHubObject(ctx context.Context, c client.Client, key client.ObjectKey, obj client.Object, kind, listCmd string) error {
+	err := c.Get(ctx, key, obj)
+	if err != nil && apierrors.IsNotFound(err) && !isMissingAPI(err) {
+		return notFoundError(kind, key, listCmd)
 	}
-	return true, fmt.Errorf("--output %q is not supported: use table, json or yaml", format)
+	return hubError(err)
+}
+
+func notFoundError(kind string, key client.ObjectKey, listCmd string) error {
+	if key.Namespace == "" {
+		return fmt.Errorf("%s %q not found (list them with: %s)", kind, key.Name, listCmd)
+	}
+	return fmt.Errorf("%s %q not found in namespace %s (list them with: %s)", kind, key.Name, key.Namespace, listCmd)
 }

@@ -2,22 +2,69 @@
 package cli
 
 import (
+	"path/filepath"
+	"strings"
+
 	"github.com/spf13/cobra"
+)
+
+// The names the binary answers to.
+const (
+	// programName is the binary's own name.
+	programName = "rewind"
+	// pluginName is the kubectl plugin: kubectl runs it for `kubectl rewind ...`.
+	pluginName = "kubectl-rewind"
+	// pluginDisplayName is how usage lines read when rewind runs as the kubectl plugin.
+	pluginDisplayName = "kubectl rewind"
+	// pluginCompletionName is what kubectl (1.26 and later) runs to complete `kubectl rewind ...`;
+	// it gets the words typed after `kubectl rewind`.
+	pluginCompletionName = "kubectl_complete-rewind"
 )
 
 // NewRootCommand returns the `rewind` command with every subcommand.
 func NewRootCommand() *cobra.Command {
+	return newRoot(programName)
+}
+
+// NewCommandFor returns the root command for a process started as argv0 with args: `rewind`,
+// the kubectl plugin `kubectl-rewind` (usage lines read `kubectl rewind ...`), or
+// `kubectl_complete-rewind`, the shell-completion hook kubectl runs for the plugin.
+func NewCommandFor(argv0 string, args []string) *cobra.Command {
+	args = append([]string{}, args...) // never nil: cobra would read os.Args
+	var root *cobra.Command
+	switch strings.TrimSuffix(filepath.Base(argv0), ".exe") {
+	case pluginName:
+		root = newRoot(pluginName)
+	case pluginCompletionName:
+		root = newRoot(pluginName)
+		args = append([]string{cobra.ShellCompRequestCmd}, args...)
+	default:
+		root = newRoot(programName)
+	}
+	root.SetArgs(args)
+	return root
+}
+
+// newRoot builds the command tree; name is the program name, programName or pluginName.
+func newRoot(name string) *cobra.Command {
 	root := &cobra.Command{
-		Use:   "rewind",
+		Use:   name,
 		Short: "Release Kubernetes operators to many clusters in waves, and always bring them back",
 		Long: `rewind releases an operator to many member clusters in waves. Before every change it
 snapshots each cluster's operator state (CRDs, every custom resource with its status, and
 everything the operator created); after the change it gates on health; when a gate fails it
-rolls every changed cluster back, exactly, including CRD storage versions.`,
+rolls every changed cluster back, exactly, including CRD storage versions.
+
+Every command talks to the hub cluster chosen as kubectl chooses it: --kubeconfig, else the
+files of $KUBECONFIG, else ~/.kube/config; --context picks a context and -n a namespace.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	h := &hubFlags{}
+	h := &hubFlags{prog: programName}
+	if name == pluginName {
+		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: pluginDisplayName}
+		h.prog = pluginDisplayName
+	}
 	h.register(root)
 	root.AddCommand(newControllerCommand(h))
 	root.AddCommand(newInstallCommand(h))
@@ -28,6 +75,29 @@ rolls every changed cluster back, exactly, including CRD storage versions.`,
 	root.AddCommand(newRollbackCommand(h))
 	root.AddCommand(newHistoryCommand(h))
 	root.AddCommand(newTestbedCommand())
-	root.AddCommand(newDemoCommand())
+	root.AddCommand(withHelp(newDemoCommand(), demoLong, demoExample))
+	addDefaultCommands(root)
+	polish(root, h.prog)
 	return root
+}
+
+// The help of `rewind demo`, whose code lives in demo.go.
+const (
+	demoLong = `Starts one etcd, a hub API server and --members member API servers, each member with
+kube-controller-manager, kube-scheduler and kwok (one fake node), so that Deployments become
+Available. It prints each cluster's kubeconfig and a few kubectl commands to try, then waits;
+Ctrl-C stops every process it started. 'make demo' runs it.`
+	demoExample = `  rewind demo
+  rewind demo --members 2 --bin-dir "$(hack/testbed/build.sh --print-dir)"`
+)
+
+// withHelp sets a command's Long and Example where its constructor left them empty.
+func withHelp(cmd *cobra.Command, long, example string) *cobra.Command {
+	if cmd.Long == "" {
+		cmd.Long = long
+	}
+	if cmd.Example == "" {
+		cmd.Example = example
+	}
+	return cmd
 }
