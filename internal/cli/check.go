@@ -17,7 +17,6 @@ import (
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/drift"
 	"github.com/rewind-dev/rewind/internal/member"
-	"github.com/rewind-dev/rewind/internal/release"
 )
 
 // Check statuses of one cluster.
@@ -55,9 +54,6 @@ versions). Exits non-zero when any cluster differs, drifts or cannot be reached.
   rewind clusters check --operator mysql-operator --expect mysql-v2 -l env=prod -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if operator == "" || expect == "" {
-				return fmt.Errorf("--operator and --expect are required")
-			}
 			c, err := h.client()
 			if err != nil {
 				return err
@@ -89,6 +85,9 @@ versions). Exits non-zero when any cluster differs, drifts or cannot be reached.
 	cmd.Flags().StringVar(&expect, "expect", "", "the OperatorRelease every cluster should run (required)")
 	cmd.Flags().StringVarP(&selector, "selector", "l", "", "only members matching this label selector")
 	outputFlag(cmd, &output)
+	requireFlags(cmd, "operator", "expect")
+	_ = cmd.RegisterFlagCompletionFunc("operator", h.completeFlag(listOperators))
+	_ = cmd.RegisterFlagCompletionFunc("expect", h.completeFlag(listReleases))
 	return cmd
 }
 
@@ -104,9 +103,9 @@ func printCheckTable(cmd *cobra.Command, results []ClusterCheck) {
 
 // checkClusters runs the consistency check on every selected member, concurrently.
 func checkClusters(ctx context.Context, c client.Client, ns, operator, expect, selector string) ([]ClusterCheck, error) {
-	want, wantObjs, err := release.Load(ctx, c, ns, expect)
+	want, wantObjs, err := readRelease(ctx, c, ns, expect)
 	if err != nil {
-		return nil, hubError(err)
+		return nil, fmt.Errorf("--expect: %w", err)
 	}
 	if want.Spec.Operator != operator {
 		return nil, fmt.Errorf("release %s is a release of operator %q, not %q", expect, want.Spec.Operator, operator)
@@ -179,7 +178,7 @@ func checkOne(ctx context.Context, hub client.Client, mc *v1alpha1.MemberCluster
 	// Drift is judged against the release the record names.
 	rel, objs := want, wantObjs
 	if rec.Release != want.Name {
-		other, otherObjs, err := release.Load(ctx, hub, want.Namespace, rec.Release)
+		other, otherObjs, err := readRelease(ctx, hub, want.Namespace, rec.Release)
 		if err != nil {
 			mismatch = append(mismatch, fmt.Sprintf("the installed release %s is unknown to the hub, so drift cannot be checked: %v", rec.Release, err))
 			rel, objs = nil, nil

@@ -32,32 +32,37 @@ func newClustersCommand(h *hubFlags) *cobra.Command {
 		Use:     "clusters",
 		Aliases: []string{"cluster"},
 		Short:   "Register member clusters, list them, and check that they run what they should",
+		Long: `A member cluster is reached through a kubeconfig stored in a hub Secret. 'clusters add'
+registers one, 'clusters list' shows what the controller sees of each, and 'clusters check'
+compares every member with the release it should run.`,
 	}
 	cmd.AddCommand(newClustersAddCommand(h), newClustersListCommand(h), newClustersCheckCommand(h))
 	return cmd
 }
 
 func newClustersAddCommand(h *hubFlags) *cobra.Command {
-	var memberKubeconfig, memberContext, hubKubeconfig string
+	var memberKubeconfig, memberContext, hubKubeconfig, output string
 	var labels []string
 	var checkInterval time.Duration
 	cmd := &cobra.Command{
 		Use:   "add NAME --kubeconfig FILE",
 		Short: "Register a member cluster: store its kubeconfig in a hub Secret and create its MemberCluster",
 		Long: `Registers a member cluster. --kubeconfig is the MEMBER's kubeconfig here (its current
-context, or --member-context); the hub is the current context of $KUBECONFIG, or --hub-kubeconfig.
+context, or --member-context); the hub is --hub-kubeconfig, else the files of $KUBECONFIG,
+else ~/.kube/config, and --context picks the hub's context.
 The kubeconfig is flattened (certificates embedded) and stored in the hub Secret
 rewind-system/member-NAME-kubeconfig; it is never printed. Running add again updates both.`,
 		Example: `  rewind clusters add prod-eu-1 --kubeconfig prod-eu-1.yaml --label env=prod --label region=eu \
-    --hub-kubeconfig hub.yaml`,
+    --hub-kubeconfig hub.yaml
+  rewind clusters add prod-us-1 --kubeconfig fleet.yaml --member-context prod-us-1 --check-interval 1m -o yaml`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
 			if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
 				return fmt.Errorf("cluster name %q is invalid: %s", name, strings.Join(errs, "; "))
 			}
-			if memberKubeconfig == "" {
-				return fmt.Errorf("--kubeconfig FILE (the member's kubeconfig) is required")
+			if checkInterval < 0 {
+				return fmt.Errorf("--check-interval must be positive, got %s", checkInterval)
 			}
 			lbls, err := parseLabels(labels)
 			if err != nil {
@@ -100,9 +105,6 @@ rewind-system/member-NAME-kubeconfig; it is never printed. Running add again upd
 					return fmt.Errorf("updating Secret %s/%s: %w", kubeconfigNamespace, secretName, err)
 				}
 			}
-			if checkInterval < 0 {
-				return fmt.Errorf("--check-interval must be positive, got %s", checkInterval)
-			}
 			var interval *metav1.Duration
 			if checkInterval > 0 {
 				interval = &metav1.Duration{Duration: checkInterval}
@@ -110,6 +112,7 @@ rewind-system/member-NAME-kubeconfig; it is never printed. Running add again upd
 			mc := &v1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: name}}
 			err = c.Get(ctx, client.ObjectKeyFromObject(mc), mc)
 			ref := v1alpha1.SecretKeyRef{Namespace: kubeconfigNamespace, Name: secretName, Key: member.DefaultKubeconfigKey}
+			result := "created"
 			switch {
 			case apierrors.IsNotFound(err):
 				mc.Labels = lbls
@@ -118,7 +121,6 @@ rewind-system/member-NAME-kubeconfig; it is never printed. Running add again upd
 				if err := c.Create(ctx, mc); err != nil {
 					return hubError(fmt.Errorf("creating MemberCluster %s: %w", name, err))
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "membercluster/%s created\n", name)
 			case err != nil:
 				return hubError(err)
 			default:
@@ -135,8 +137,12 @@ rewind-system/member-NAME-kubeconfig; it is never printed. Running add again upd
 				if err := c.Update(ctx, mc); err != nil {
 					return hubError(fmt.Errorf("updating MemberCluster %s: %w", name, err))
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "membercluster/%s updated\n", name)
+				result = "updated"
 			}
+			if ok, err := printStructured(cmd.OutOrStdout(), output, mc); ok {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "membercluster/%s %s\n", name, result)
 			return nil
 		},
 	}
@@ -145,6 +151,8 @@ rewind-system/member-NAME-kubeconfig; it is never printed. Running add again upd
 	cmd.Flags().StringVar(&hubKubeconfig, "hub-kubeconfig", "", "kubeconfig of the hub (default: $KUBECONFIG or ~/.kube/config)")
 	cmd.Flags().DurationVar(&checkInterval, "check-interval", 0, "how often the controller re-checks the member (default 30s)")
 	cmd.Flags().StringArrayVar(&labels, "label", nil, "label k=v for the MemberCluster (repeatable); wave selectors match these")
+	outputFlag(cmd, &output)
+	requireFlags(cmd, "kubeconfig")
 	return cmd
 }
 
@@ -211,6 +219,9 @@ func newClustersListCommand(h *hubFlags) *cobra.Command {
 		Use:     "list",
 		Aliases: []string{"ls"},
 		Short:   "List member clusters: reachable, Kubernetes version and installed operator versions",
+		Long: `Lists the registered member clusters (MemberClusters are cluster-scoped, -n does not apply)
+with what the controller last saw: whether the member is reachable, its Kubernetes version,
+the operator releases its installed-version records name, and its age.`,
 		Example: `  rewind clusters list
   rewind clusters list -l env=prod -o yaml`,
 		Args: cobra.NoArgs,

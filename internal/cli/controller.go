@@ -14,8 +14,14 @@ func newControllerCommand(h *hubFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "controller",
 		Short: "Run the rewind manager (the reconcilers) against a hub cluster",
+		Long: `Runs the MemberCluster and Rollout reconcilers against the hub until it is stopped (SIGINT or
+SIGTERM). In a pod it uses the pod's service account; elsewhere the hub is chosen as kubectl
+chooses it (--kubeconfig, $KUBECONFIG, ~/.kube/config; --context). Logs are JSON on stderr
+unless --dev-log; /healthz and /readyz answer on --health-probe-bind-address.`,
 		Example: `  # out of cluster, against a hub given by a kubeconfig
-  rewind controller --kubeconfig ~/.kube/hub.yaml --leader-elect`,
+  rewind controller --kubeconfig ~/.kube/hub.yaml --leader-elect
+  # against the hub context of a merged $KUBECONFIG, with readable logs
+  KUBECONFIG=~/.kube/config:~/.kube/fleet.yaml rewind controller --context hub --dev-log`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctrl.SetLogger(zap.New(zap.UseDevMode(devLog), zap.WriteTo(cmd.ErrOrStderr())))

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -9,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/release"
@@ -19,6 +21,9 @@ func newReleaseCommand(h *hubFlags) *cobra.Command {
 		Use:     "release",
 		Aliases: []string{"releases"},
 		Short:   "Create immutable operator releases from manifests, a Helm chart or an OLM bundle",
+		Long: `An OperatorRelease is one immutable release of an operator: its SemVer version, pinned
+image, git commit and the digest of its rendered manifests, stored in the hub namespace.
+List them with 'kubectl get operatorreleases -n NAMESPACE'.`,
 	}
 	cmd.AddCommand(newReleaseCreateCommand(h))
 	return cmd
@@ -44,8 +49,12 @@ Creating the same release again is a no-op; another release under an existing na
 		Example: `  rewind release create mysql-v1 --operator mysql-operator --version 1.0.0 \
     --git-commit 3f2a9c1e7b4d5a6f8e9d0c1b2a3f4e5d6c7b8a90 \
     --image registry.example.com/mysql-operator:3f2a9c1 --manifests ./deploy
-  rewind release create mysql-v2 --operator mysql-operator --version 2.0.0 --git-commit ... \
-    --image registry.example.com/mysql-operator@sha256:... --chart ./chart --values prod.yaml`,
+  rewind release create mysql-v2 --operator mysql-operator --version 2.0.0 \
+    --git-commit 9c1d2e3f4a5b6c7d8e9f0a1b2c3d4e5f6a7b8c9d \
+    --image registry.example.com/mysql-operator@sha256:4f1c9e2a7b3d5e6f8a9b0c1d2e3f4a5b6c7d8e9f0a1b2c3d4e5f6a7b8c9d0e1f \
+    --chart ./chart --values prod.yaml -o yaml
+  rewind release create mysql-v3 --operator mysql-operator --version 3.0.0 \
+    --git-commit 0a1b2c3 --image registry.example.com/mysql-operator:0a1b2c3 --bundle ./bundle -n team-a`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			rel, canonical, err := o.render(args[0], h.ns())
@@ -88,8 +97,24 @@ Creating the same release again is a no-op; another release under an existing na
 	f.StringVar(&o.installNamespace, "install-namespace", "", "namespace the chart or bundle is rendered for (default: OPERATOR-system)")
 	outputFlag(cmd, &o.output)
 	cmd.MarkFlagsMutuallyExclusive("manifests", "chart", "bundle")
-	cmd.MarkFlagsOneRequired("manifests", "chart", "bundle")
+	requireOneOf(cmd, "manifests", "chart", "bundle")
+	requireFlags(cmd, "operator", "version", "git-commit", "image")
+	_ = cmd.MarkFlagDirname("manifests")
+	_ = cmd.MarkFlagDirname("bundle")
+	_ = cmd.MarkFlagFilename("chart", "tgz")
+	_ = cmd.MarkFlagFilename("values", "yaml", "yml")
 	return cmd
+}
+
+// readRelease reads an OperatorRelease of the hub and its stored manifests; a missing one is
+// named with its namespace.
+func readRelease(ctx context.Context, c client.Client, ns, name string) (*v1alpha1.OperatorRelease, []*unstructured.Unstructured, error) {
+	rel := &v1alpha1.OperatorRelease{}
+	if err := getHubObject(ctx, c, client.ObjectKey{Namespace: ns, Name: name}, rel, "release", "kubectl get operatorreleases -n "+ns); err != nil {
+		return nil, nil, err
+	}
+	objs, err := release.Manifests(ctx, c, rel)
+	return rel, objs, err
 }
 
 // render validates the flags and renders the release; nothing is sent anywhere.

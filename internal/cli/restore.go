@@ -31,17 +31,15 @@ The restore is journaled in the member (rewind-system/restore.NAME): run the sam
 again after an interruption and it resumes. Restoring twice changes nothing the second time.`,
 		Example: `  rewind snapshot restore member1-mysql-operator-20260101-120000 --cluster member1
   rewind snapshot restore member1-mysql-operator-20260101-120000 --cluster member1 --prune -o json`,
-		Args: cobra.ExactArgs(1),
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: h.completeArgs(listSnapshots),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if cluster == "" {
-				return fmt.Errorf("--cluster is required (the member to restore)")
-			}
 			ctx := cmd.Context()
 			c, hub, snap, err := openSnapshot(ctx, h, args[0])
 			if err != nil {
 				return err
 			}
-			mc, cfg, err := memberConfig(ctx, c, cluster)
+			mc, cfg, err := memberConfig(ctx, c, h, cluster)
 			if err != nil {
 				return err
 			}
@@ -88,6 +86,8 @@ again after an interruption and it resumes. Restoring twice changes nothing the 
 	cmd.Flags().StringVar(&cluster, "cluster", "", "member cluster to restore (required)")
 	cmd.Flags().BoolVar(&prune, "prune", false, "delete objects created after the snapshot (default: keep and report them)")
 	outputFlag(cmd, &output)
+	requireFlags(cmd, "cluster")
+	_ = cmd.RegisterFlagCompletionFunc("cluster", h.completeFlag(listMemberClusters))
 	return cmd
 }
 

@@ -16,10 +16,11 @@ import (
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 )
 
+// getRollout reads the Rollout NAME of namespace ns.
 func getRollout(ctx context.Context, c client.Client, ns, name string) (*v1alpha1.Rollout, error) {
 	ro := &v1alpha1.Rollout{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, ro); err != nil {
-		return nil, hubError(fmt.Errorf("rollout %s/%s: %w", ns, name, err))
+	if err := getHubObject(ctx, c, client.ObjectKey{Namespace: ns, Name: name}, ro, "rollout", "kubectl get rollouts.rewind.dev -n "+ns); err != nil {
+		return nil, err
 	}
 	return ro, nil
 }
@@ -49,29 +50,53 @@ func newRolloutCommand(h *hubFlags) *cobra.Command {
 		Use:     "rollout",
 		Aliases: []string{"rollouts"},
 		Short:   "Watch, approve, pause and resume rollouts",
+		Long: `A Rollout brings one operator to its desired OperatorRelease on the member clusters, wave
+after wave, with a snapshot before every change and health gates after it. List them with
+'kubectl get rollouts.rewind.dev -n NAMESPACE'.`,
 	}
+	cmd.AddCommand(newRolloutStatusCommand(h), newRolloutApproveCommand(h),
+		newRolloutPauseCommand(h, true), newRolloutPauseCommand(h, false))
+	return cmd
+}
+
+func newRolloutStatusCommand(h *hubFlags) *cobra.Command {
 	var output string
 	var watch bool
-	status := &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "status NAME [--watch]",
 		Short: "Show a rollout's progress per wave and per cluster",
+		Long: `Shows a rollout's phase and conditions, then one line per member cluster: its wave, its path
+(upgrade or restore), its phase and step, the releases it goes from and to, and the snapshot
+taken before it changed. With --watch it prints again every 2 seconds until the rollout
+succeeds, fails or is rolled back; with -o json or -o yaml each print is a whole Rollout
+(YAML documents are separated by ---).`,
 		Example: `  rewind rollout status mysql
-  rewind rollout status mysql --watch`,
-		Args: cobra.ExactArgs(1),
+  rewind rollout status mysql --watch
+  rewind rollout status mysql -n team-a -o yaml`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: h.completeArgs(listRollouts),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := h.client()
 			if err != nil {
 				return err
 			}
-			for {
+			out := cmd.OutOrStdout()
+			for first := true; ; first = false {
 				ro, err := getRollout(cmd.Context(), c, h.ns(), args[0])
 				if err != nil {
 					return err
 				}
-				if ok, err := printStructured(cmd.OutOrStdout(), output, ro); ok {
+				if !first && output == "yaml" {
+					fmt.Fprintln(out, "---")
+				}
+				if ok, err := printStructured(out, output, ro); !ok {
+					if !first {
+						fmt.Fprintln(out)
+					}
+					printRolloutStatus(out, ro)
+				} else if err != nil {
 					return err
 				}
-				printRolloutStatus(cmd.OutOrStdout(), ro)
 				if !watch || finalPhase(ro.Status.Phase) {
 					return nil
 				}
@@ -80,36 +105,44 @@ func newRolloutCommand(h *hubFlags) *cobra.Command {
 					return nil
 				case <-time.After(2 * time.Second):
 				}
-				fmt.Fprintln(cmd.OutOrStdout())
 			}
 		},
 	}
-	status.Flags().BoolVarP(&watch, "watch", "w", false, "keep printing until the rollout ends")
-	outputFlag(status, &output)
+	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "keep printing until the rollout ends")
+	outputFlag(cmd, &output)
+	return cmd
+}
 
-	approve := &cobra.Command{
+func newRolloutApproveCommand(h *hubFlags) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
 		Use:   "approve NAME [WAVE]",
 		Short: "Approve a wave that requires manual approval (default: the wave waiting now)",
-		Args:  cobra.RangeArgs(1, 2),
+		Long: `Adds WAVE (default: the rollout's current wave) to the rollout's spec.approvedWaves, so a
+wave with requireApproval starts. Approving a wave twice changes nothing.`,
+		Example: `  rewind rollout approve mysql
+  rewind rollout approve mysql production -n team-a`,
+		Args:              cobra.RangeArgs(1, 2),
+		ValidArgsFunction: h.completeArgs(listRollouts, listWaves),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := h.client()
 			if err != nil {
 				return err
 			}
 			var wave string
-			_, err = updateRollout(cmd.Context(), c, h.ns(), args[0], func(ro *v1alpha1.Rollout) error {
+			ro, err := updateRollout(cmd.Context(), c, h.ns(), args[0], func(ro *v1alpha1.Rollout) error {
 				wave = ""
 				if len(args) == 2 {
 					wave = args[1]
 				} else if int(ro.Status.CurrentWave) < len(ro.Spec.Waves) {
 					wave = ro.Spec.Waves[ro.Status.CurrentWave].Name
 				}
-				found := false
+				var waves []string
 				for _, w := range ro.Spec.Waves {
-					found = found || w.Name == wave
+					waves = append(waves, w.Name)
 				}
-				if !found {
-					return fmt.Errorf("rollout %s has no wave %q", ro.Name, wave)
+				if !slices.Contains(waves, wave) {
+					return fmt.Errorf("rollout %s has no wave %q; its waves: %s", ro.Name, wave, strings.Join(waves, ", "))
 				}
 				if !slices.Contains(ro.Spec.ApprovedWaves, wave) {
 					ro.Spec.ApprovedWaves = append(ro.Spec.ApprovedWaves, wave)
@@ -119,36 +152,57 @@ func newRolloutCommand(h *hubFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if ok, err := printStructured(cmd.OutOrStdout(), output, ro); ok {
+				return err
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "rollout/%s: wave %s approved\n", args[0], wave)
 			return nil
 		},
 	}
-	pause := &cobra.Command{
-		Use: "pause NAME", Short: "Pause a rollout: no new step starts until it is resumed", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error { return setPaused(cmd, h, args[0], true) },
-	}
-	resume := &cobra.Command{
-		Use: "resume NAME", Short: "Resume a paused rollout", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error { return setPaused(cmd, h, args[0], false) },
-	}
-	cmd.AddCommand(status, approve, pause, resume)
+	outputFlag(cmd, &output)
 	return cmd
 }
 
-func setPaused(cmd *cobra.Command, h *hubFlags, name string, paused bool) error {
-	c, err := h.client()
-	if err != nil {
-		return err
+// newRolloutPauseCommand returns `rollout pause` (paused) or `rollout resume`.
+func newRolloutPauseCommand(h *hubFlags, paused bool) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "pause NAME",
+		Short: "Pause a rollout: no new step starts until it is resumed",
+		Long: `Sets the rollout's spec.paused. A step already running (an apply, a snapshot, a restore)
+finishes; no new step starts until 'rollout resume'.`,
+		Example: `  rewind rollout pause mysql
+  rewind rollout pause mysql -n team-a -o yaml`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: h.completeArgs(listRollouts),
 	}
-	if _, err := updateRollout(cmd.Context(), c, h.ns(), name, func(ro *v1alpha1.Rollout) error { ro.Spec.Paused = paused; return nil }); err != nil {
-		return err
-	}
-	word := "paused"
 	if !paused {
-		word = "resumed"
+		cmd.Use, cmd.Short = "resume NAME", "Resume a paused rollout"
+		cmd.Long = `Clears the rollout's spec.paused: it carries on from the step it stopped at.`
+		cmd.Example = `  rewind rollout resume mysql
+  rewind rollout resume mysql -n team-a -o json`
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "rollout/%s %s\n", name, word)
-	return nil
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		c, err := h.client()
+		if err != nil {
+			return err
+		}
+		ro, err := updateRollout(cmd.Context(), c, h.ns(), args[0], func(ro *v1alpha1.Rollout) error { ro.Spec.Paused = paused; return nil })
+		if err != nil {
+			return err
+		}
+		if ok, err := printStructured(cmd.OutOrStdout(), output, ro); ok {
+			return err
+		}
+		word := "paused"
+		if !paused {
+			word = "resumed"
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "rollout/%s %s\n", args[0], word)
+		return nil
+	}
+	outputFlag(cmd, &output)
+	return cmd
 }
 
 func finalPhase(p string) bool {
@@ -177,7 +231,7 @@ func printRolloutStatus(out io.Writer, ro *v1alpha1.Rollout) {
 }
 
 func newRollbackCommand(h *hubFlags) *cobra.Command {
-	var to string
+	var to, output string
 	cmd := &cobra.Command{
 		Use:   "rollback NAME [--to RELEASE]",
 		Short: "Roll a rollout back: set its desired release to the previous one (or --to RELEASE)",
@@ -185,15 +239,16 @@ func newRollbackCommand(h *hubFlags) *cobra.Command {
 the release before the current one (or to --to RELEASE). The controller then restores every
 cluster it changed to the snapshot taken under that release, re-applies it and gates on health.`,
 		Example: `  rewind rollback mysql
-  rewind rollback mysql --to mysql-v1`,
-		Args: cobra.ExactArgs(1),
+  rewind rollback mysql --to mysql-v1 -n team-a`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: h.completeArgs(listRollouts),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := h.client()
 			if err != nil {
 				return err
 			}
 			var from, target string
-			_, err = updateRollout(cmd.Context(), c, h.ns(), args[0], func(ro *v1alpha1.Rollout) error {
+			ro, err := updateRollout(cmd.Context(), c, h.ns(), args[0], func(ro *v1alpha1.Rollout) error {
 				from, target = ro.Spec.Release, to
 				if target == "" {
 					target = previousRelease(ro)
@@ -205,7 +260,8 @@ cluster it changed to the snapshot taken under that release, re-applies it and g
 					return fmt.Errorf("rollout %s already wants %s", ro.Name, target)
 				}
 				rel := &v1alpha1.OperatorRelease{}
-				if err := c.Get(cmd.Context(), client.ObjectKey{Namespace: ro.Namespace, Name: target}, rel); err != nil {
+				key := client.ObjectKey{Namespace: ro.Namespace, Name: target}
+				if err := getHubObject(cmd.Context(), c, key, rel, "release", "kubectl get operatorreleases -n "+ro.Namespace); err != nil {
 					return fmt.Errorf("--to %s: %w", target, err)
 				}
 				ro.Spec.Release = target
@@ -215,11 +271,16 @@ cluster it changed to the snapshot taken under that release, re-applies it and g
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "rollout/%s: rolling back from %s to %s (watch it: rewind rollout status %s --watch)\n", args[0], from, target, args[0])
+			if ok, err := printStructured(cmd.OutOrStdout(), output, ro); ok {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "rollout/%s: rolling back from %s to %s (watch it: %s rollout status %s --watch)\n", args[0], from, target, h.prog, args[0])
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&to, "to", "", "release to roll back to (default: the previous release in the rollout's history)")
+	outputFlag(cmd, &output)
+	_ = cmd.RegisterFlagCompletionFunc("to", h.completeFlag(listReleases))
 	return cmd
 }
 
@@ -242,7 +303,14 @@ func newHistoryCommand(h *hubFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "history NAME",
 		Short: "Show the releases a rollout rolled out: start, end, outcome, reason and snapshots",
-		Args:  cobra.ExactArgs(1),
+		Long: `Shows the rollout's history, oldest first: each revision's release, when it started and
+finished, its outcome (Succeeded, Failed, RolledBack) and why, and the snapshot taken on each
+cluster before it changed. 'rollback' without --to goes back to the newest earlier release
+that succeeded.`,
+		Example: `  rewind history mysql
+  rewind history mysql -n team-a -o json`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: h.completeArgs(listRollouts),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := h.client()
 			if err != nil {

@@ -17,7 +17,6 @@ import (
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/member"
-	"github.com/rewind-dev/rewind/internal/release"
 	"github.com/rewind-dev/rewind/internal/snapshot"
 )
 
@@ -26,6 +25,9 @@ func newSnapshotCommand(h *hubFlags) *cobra.Command {
 		Use:     "snapshot",
 		Aliases: []string{"snapshots", "snap"},
 		Short:   "Take, list, show, diff and verify snapshots of an operator's state on a member cluster",
+		Long: `A snapshot is one capture of an operator's state on one member cluster: its CRDs, every
+custom resource with its status, and the associated resources. The Snapshot object lives in
+the hub namespace; its encrypted payload lives in a store (hub Secrets, a folder or a bucket).`,
 	}
 	cmd.AddCommand(newSnapshotTakeCommand(h), newSnapshotListCommand(h), newSnapshotShowCommand(h),
 		newSnapshotDiffCommand(h), newSnapshotVerifyCommand(h), newSnapshotRestoreCommand(h))
@@ -33,10 +35,12 @@ func newSnapshotCommand(h *hubFlags) *cobra.Command {
 }
 
 // memberConfig returns the client configuration of a registered member.
-func memberConfig(ctx context.Context, c client.Client, cluster string) (*v1alpha1.MemberCluster, *rest.Config, error) {
+func memberConfig(ctx context.Context, c client.Client, h *hubFlags, cluster string) (*v1alpha1.MemberCluster, *rest.Config, error) {
 	mc := &v1alpha1.MemberCluster{}
-	if err := c.Get(ctx, client.ObjectKey{Name: cluster}, mc); err != nil {
-		return nil, nil, hubError(fmt.Errorf("member cluster %q: %w (register it with `rewind clusters add`)", cluster, err))
+	err := getHubObject(ctx, c, client.ObjectKey{Name: cluster}, mc, "member cluster",
+		h.prog+" clusters list; register one with: "+h.prog+" clusters add "+cluster+" --kubeconfig FILE")
+	if err != nil {
+		return nil, nil, err
 	}
 	cfg, err := member.ConfigFor(ctx, c, mc)
 	return mc, cfg, err
@@ -60,9 +64,9 @@ func captureOptionsFor(ctx context.Context, c client.Client, cfg *rest.Config, n
 		}
 		relName, installNS = rec.Release, rec.Namespace
 	}
-	rel, objs, err := release.Load(ctx, c, ns, relName)
+	rel, objs, err := readRelease(ctx, c, ns, relName)
 	if err != nil {
-		return snapshot.Options{}, hubError(err)
+		return snapshot.Options{}, err
 	}
 	if installNS == "" {
 		installNS = operator + "-system"
@@ -79,19 +83,23 @@ func newSnapshotTakeCommand(h *hubFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "take --cluster C --operator O",
 		Short: "Capture an operator's CRDs, custom resources (with status) and associated resources on a member",
+		Long: `Captures, on the member --cluster, the CRDs of the operator's release, every custom resource
+of those CRDs with its status, and the associated resources (the release's objects and the
+custom resources' children by ownerReference). The release is the one the member's
+installed-version record names, or --release. The payload is gzipped, encrypted and stored
+in --store; the Snapshot object is created in the hub namespace. Older snapshots of the same
+cluster and operator beyond --retention are deleted.`,
 		Example: `  rewind snapshot take --cluster prod-eu-1 --operator mysql-operator
-  rewind snapshot take --cluster prod-eu-1 --operator mysql-operator --store dir:///var/backups/rewind`,
+  rewind snapshot take --cluster prod-eu-1 --operator mysql-operator --name before-upgrade --reason "before the v2 upgrade"
+  rewind snapshot take --cluster prod-eu-1 --operator mysql-operator --store dir:///var/backups/rewind -o yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cluster == "" || operator == "" {
-				return fmt.Errorf("--cluster and --operator are required")
-			}
 			ctx := cmd.Context()
 			c, err := h.client()
 			if err != nil {
 				return err
 			}
-			_, cfg, err := memberConfig(ctx, c, cluster)
+			_, cfg, err := memberConfig(ctx, c, h, cluster)
 			if err != nil {
 				return err
 			}
@@ -127,13 +135,19 @@ func newSnapshotTakeCommand(h *hubFlags) *cobra.Command {
 	f.StringVar(&reason, "reason", "", "why the snapshot is taken")
 	f.IntVar(&retention, "retention", snapshot.DefaultRetention, "snapshots kept per cluster and operator (never one a Rollout references); -1 keeps all")
 	outputFlag(cmd, &output)
+	requireFlags(cmd, "cluster", "operator")
+	_ = cmd.RegisterFlagCompletionFunc("cluster", h.completeFlag(listMemberClusters))
+	_ = cmd.RegisterFlagCompletionFunc("operator", h.completeFlag(listOperators))
+	_ = cmd.RegisterFlagCompletionFunc("release", h.completeFlag(listReleases))
 	return cmd
 }
 
-func getSnapshot(ctx context.Context, c client.Client, ns, name string) (*v1alpha1.Snapshot, error) {
+// getSnapshot reads the Snapshot NAME of the hub namespace.
+func getSnapshot(ctx context.Context, c client.Client, h *hubFlags, name string) (*v1alpha1.Snapshot, error) {
 	snap := &v1alpha1.Snapshot{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, snap); err != nil {
-		return nil, hubError(fmt.Errorf("snapshot %s/%s: %w (list them with `rewind snapshot list`)", ns, name, err))
+	ns := h.ns()
+	if err := getHubObject(ctx, c, client.ObjectKey{Namespace: ns, Name: name}, snap, "snapshot", h.prog+" snapshot list -n "+ns); err != nil {
+		return nil, err
 	}
 	return snap, nil
 }
@@ -144,7 +158,7 @@ func openSnapshot(ctx context.Context, h *hubFlags, name string) (client.Client,
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	snap, err := getSnapshot(ctx, c, h.ns(), name)
+	snap, err := getSnapshot(ctx, c, h, name)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -157,7 +171,13 @@ func newSnapshotListCommand(h *hubFlags) *cobra.Command {
 		Use:     "list",
 		Aliases: []string{"ls"},
 		Short:   "List snapshots, newest first",
-		Args:    cobra.NoArgs,
+		Long: `Lists the snapshots of the hub namespace, newest first: the member and operator captured,
+the release installed then, how many custom resources and associated objects it holds, its
+size, whether it is stored (READY) and why it was taken.`,
+		Example: `  rewind snapshot list
+  rewind snapshot list --cluster prod-eu-1 --operator mysql-operator -n team-a
+  rewind snapshot list -o json`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := h.client()
 			if err != nil {
@@ -197,6 +217,8 @@ func newSnapshotListCommand(h *hubFlags) *cobra.Command {
 	outputFlag(cmd, &output)
 	cmd.Flags().StringVar(&cluster, "cluster", "", "only snapshots of this member")
 	cmd.Flags().StringVar(&operator, "operator", "", "only snapshots of this operator")
+	_ = cmd.RegisterFlagCompletionFunc("cluster", h.completeFlag(listMemberClusters))
+	_ = cmd.RegisterFlagCompletionFunc("operator", h.completeFlag(listOperators))
 	return cmd
 }
 
@@ -216,7 +238,13 @@ func newSnapshotShowCommand(h *hubFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "show NAME",
 		Short: "List the objects in a snapshot (Secret values are never shown)",
-		Args:  cobra.ExactArgs(1),
+		Long: `Reads and decrypts a snapshot's payload and lists its objects by section (CRDs, custom
+resources, associated resources) with their phase. Secrets are listed with their keys only:
+their values are never printed, in any output format.`,
+		Example: `  rewind snapshot show prod-eu-1-mysql-operator-20260101-120000
+  rewind snapshot show before-upgrade -n team-a -o yaml`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: h.completeArgs(listSnapshots),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			_, hub, snap, err := openSnapshot(ctx, h, args[0])
@@ -282,8 +310,12 @@ func newSnapshotDiffCommand(h *hubFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "diff NAME [--live | NAME2]",
 		Short: "Show which objects and fields changed between a snapshot and the live cluster or another snapshot",
+		Long: `Compares snapshot NAME with the live member cluster it was taken on (--live, captured now
+the same way) or with a second snapshot NAME2, and lists the objects added, removed or
+changed with the fields that differ. Secret values are shown as <redacted>.`,
+		ValidArgsFunction: h.completeArgs(listSnapshots, listSnapshots),
 		Example: `  rewind snapshot diff member1-mysql-operator-20260101-120000 --live
-  rewind snapshot diff SNAP_BEFORE SNAP_AFTER -o json`,
+  rewind snapshot diff before-upgrade after-upgrade -n team-a -o json`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if live == (len(args) == 2) {
@@ -301,7 +333,7 @@ func newSnapshotDiffCommand(h *hubFlags) *cobra.Command {
 			var to []snapshot.Entry
 			target := "the live cluster " + snap.Spec.Cluster
 			if live {
-				_, cfg, err := memberConfig(ctx, c, snap.Spec.Cluster)
+				_, cfg, err := memberConfig(ctx, c, h, snap.Spec.Cluster)
 				if err != nil {
 					return err
 				}
@@ -320,7 +352,7 @@ func newSnapshotDiffCommand(h *hubFlags) *cobra.Command {
 					return err
 				}
 			} else {
-				other, err := getSnapshot(ctx, c, h.ns(), args[1])
+				other, err := getSnapshot(ctx, c, h, args[1])
 				if err != nil {
 					return err
 				}
@@ -365,7 +397,13 @@ func newSnapshotVerifyCommand(h *hubFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "verify NAME",
 		Short: "Decrypt a snapshot's payload and check it against its checksum",
-		Args:  cobra.ExactArgs(1),
+		Long: `Reads a snapshot's payload from its store, decrypts it and checks it against the SHA-256
+checksum recorded when it was taken. Fails (non-zero exit) when the payload is missing,
+cannot be decrypted or does not match.`,
+		Example: `  rewind snapshot verify prod-eu-1-mysql-operator-20260101-120000
+  rewind snapshot verify before-upgrade -n team-a -o json`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: h.completeArgs(listSnapshots),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			_, hub, snap, err := openSnapshot(ctx, h, args[0])

@@ -44,12 +44,16 @@ that Deployments become Available. The binaries are built from Go modules by
 
 	var members int
 	var workloads bool
+	var upOutput, statusOutput string
 	up := &cobra.Command{
 		Use:   "up",
 		Short: "Start a testbed in the background",
+		Long: `Starts etcd, a hub API server and --members member API servers (with --workloads, also a
+kube-controller-manager, kube-scheduler and kwok per member) as background processes, waits
+until they are ready and prints each cluster's kubeconfig. The state (kubeconfigs, logs and
+the process list) stays in --state-dir until 'testbed down'.`,
 		Example: `  rewind testbed up --members 3
-  rewind testbed status
-  rewind testbed down`,
+  rewind testbed up --members 1 --workloads=false --state-dir /tmp/tb -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if members < 0 {
@@ -63,6 +67,9 @@ that Deployments become Available. The binaries are built from Go modules by
 				return err
 			}
 			out := cmd.OutOrStdout()
+			if ok, err := printStructured(out, upOutput, tb.Clusters()); ok {
+				return err
+			}
 			fmt.Fprintf(out, "Testbed ready in %s (state: %s)\n", tb.StartupTime.Round(100*time.Millisecond), tb.StateDir)
 			printClusters(out, tb.Clusters())
 			fmt.Fprintf(out, "Stop it with: rewind testbed down --state-dir %s\n", tb.StateDir)
@@ -71,11 +78,16 @@ that Deployments become Available. The binaries are built from Go modules by
 	}
 	up.Flags().IntVar(&members, "members", 3, "number of member clusters")
 	up.Flags().BoolVar(&workloads, "workloads", true, "run kube-controller-manager, kube-scheduler and kwok in each member")
+	outputFlag(up, &upOutput)
 
 	status := &cobra.Command{
 		Use:   "status",
 		Short: "Show the clusters and processes of the running testbed",
-		Args:  cobra.NoArgs,
+		Long: `Reads the testbed state in --state-dir and shows each cluster (is its API server ready?)
+and each process the testbed started (is it alive?).`,
+		Example: `  rewind testbed status
+  rewind testbed status --state-dir /tmp/tb -o yaml`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			st, err := testbed.ReadState(stateDir)
 			if err != nil {
@@ -84,27 +96,44 @@ that Deployments become Available. The binaries are built from Go modules by
 				}
 				return err
 			}
+			var report testbedStatus
+			for _, c := range st.Clusters {
+				report.Clusters = append(report.Clusters, testbedClusterStatus{Name: c.Name, Server: c.Server, Ready: clusterReady(cmd.Context(), c.Kubeconfig), Kubeconfig: c.Kubeconfig})
+			}
+			for _, p := range st.Processes {
+				report.Processes = append(report.Processes, testbedProcessStatus{Name: p.Name, PID: p.PID, Alive: testbed.Alive(p)})
+			}
 			out := cmd.OutOrStdout()
+			if ok, err := printStructured(out, statusOutput, report); ok {
+				return err
+			}
 			w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "CLUSTER\tSERVER\tREADY\tKUBECONFIG")
-			for _, c := range st.Clusters {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", c.Name, c.Server, clusterReady(cmd.Context(), c.Kubeconfig), c.Kubeconfig)
+			for _, c := range report.Clusters {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", c.Name, c.Server, c.Ready, c.Kubeconfig)
 			}
 			w.Flush()
 			fmt.Fprintln(out)
 			w = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "PROCESS\tPID\tALIVE")
-			for _, p := range st.Processes {
-				fmt.Fprintf(w, "%s\t%d\t%v\n", p.Name, p.PID, testbed.Alive(p))
+			for _, p := range report.Processes {
+				fmt.Fprintf(w, "%s\t%d\t%v\n", p.Name, p.PID, p.Alive)
 			}
 			return w.Flush()
 		},
 	}
 
+	outputFlag(status, &statusOutput)
+
 	down := &cobra.Command{
 		Use:   "down",
 		Short: "Stop every process the testbed started (by process-group id) and remove its state",
-		Args:  cobra.NoArgs,
+		Long: `Stops every process recorded in --state-dir by its process-group id (checking its start
+time, so a reused id is never hit) and removes the state folder. Without a running testbed it
+says so and succeeds.`,
+		Example: `  rewind testbed down
+  rewind testbed down --state-dir /tmp/tb`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			st, err := testbed.StopState(stateDir)
 			if err != nil {
@@ -120,6 +149,25 @@ that Deployments become Available. The binaries are built from Go modules by
 	}
 	cmd.AddCommand(up, status, down)
 	return cmd
+}
+
+// testbedStatus is what `testbed status` reports.
+type testbedStatus struct {
+	Clusters  []testbedClusterStatus `json:"clusters"`
+	Processes []testbedProcessStatus `json:"processes"`
+}
+
+type testbedClusterStatus struct {
+	Name       string `json:"name"`
+	Server     string `json:"server"`
+	Ready      string `json:"ready"`
+	Kubeconfig string `json:"kubeconfig"`
+}
+
+type testbedProcessStatus struct {
+	Name  string `json:"name"`
+	PID   int    `json:"pid"`
+	Alive bool   `json:"alive"`
 }
 
 func printClusters(out io.Writer, clusters []*testbed.Cluster) {
