@@ -65,15 +65,17 @@ func checkRequiredFlags(cmd *cobra.Command, _ []string) error {
 // usageHint ends a usage error: the command's first example and where its help is.
 func usageHint(cmd *cobra.Command) string {
 	var b strings.Builder
-	if ex := firstExample(cmd.Example); ex != "" {
+	if ex := firstExample(cmd.Example, cmd.CommandPath()+" "); ex != "" {
 		fmt.Fprintf(&b, "\nFor example:\n%s", ex)
 	}
 	fmt.Fprintf(&b, "\nSee '%s --help'.", cmd.CommandPath())
 	return b.String()
 }
 
-// firstExample returns the first command of an Example, with its continuation lines.
-func firstExample(example string) string {
+// firstExample returns the first command of an Example that starts with prefix (else its
+// first command), with its continuation lines.
+func firstExample(example, prefix string) string {
+	var first string
 	var lines []string
 	for _, l := range strings.Split(example, "\n") {
 		t := strings.TrimSpace(l)
@@ -81,11 +83,19 @@ func firstExample(example string) string {
 			continue
 		}
 		lines = append(lines, l)
-		if !strings.HasSuffix(t, `\`) {
-			break
+		if strings.HasSuffix(t, `\`) {
+			continue
 		}
+		ex := strings.Join(lines, "\n")
+		if strings.HasPrefix(strings.TrimSpace(ex)+" ", prefix) {
+			return ex
+		}
+		if first == "" {
+			first = ex
+		}
+		lines = nil
 	}
-	return strings.Join(lines, "\n")
+	return first
 }
 
 // flagError names the command's help after a flag error (an unknown flag, a bad value).

@@ -78,12 +78,15 @@ func exampleCommands(example string) []string {
 }
 
 // shellWords splits a command line on blanks, keeping double-quoted words whole, and stops
-// at a redirection or a pipe.
+// at a comment, a redirection or a pipe.
 func shellWords(line string) []string {
 	var words []string
 	var w strings.Builder
 	quoted, inWord := false, false
 	for _, r := range line {
+		if r == '#' && !quoted && !inWord {
+			break
+		}
 		switch {
 		case r == '"':
 			quoted, inWord = !quoted, true
@@ -497,5 +500,26 @@ current-context: dead
 				}
 			})
 		}
+	}
+}
+
+func TestFirstExample(t *testing.T) {
+	cases := []struct {
+		name, example, prefix string
+		// want is the example a usage error shows.
+		want string
+	}{
+		{"comments skipped", "  # a comment\n  rewind install --context hub\n  rewind install", "rewind install ", "  rewind install --context hub"},
+		{"continuation lines kept", "  rewind release create a \\\n    --operator o\n  rewind release create b", "rewind release create ", "  rewind release create a \\\n    --operator o"},
+		{"the command itself before make", "  make demo   # runs this\n  rewind demo\n  rewind demo --keep", "rewind demo ", "  rewind demo"},
+		{"else the first command", "  make demo\n  other", "rewind demo ", "  make demo"},
+		{"none", "", "rewind x ", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := firstExample(tc.example, tc.prefix); got != tc.want {
+				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+		})
 	}
 }
