@@ -5,7 +5,6 @@
 package restore
 
 import (
-	"reflect"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -90,9 +89,10 @@ func isEmpty(v any) bool {
 	return false
 }
 
-// Equal says whether two objects are equal once normalized.
+// Equal says whether two objects are equal once normalized, with observedGeneration taken
+// relative to the generation (see Comparer; no schema defaults).
 func Equal(a, b *unstructured.Unstructured) bool {
-	return reflect.DeepEqual(numbersAsFloat(Normalize(a).Object), numbersAsFloat(Normalize(b).Object))
+	return (*Comparer)(nil).Equal(a, b)
 }
 
 func numbersAsFloat(v any) any {

@@ -190,7 +190,9 @@ type restorer struct {
 	dyn    dynamic.Interface
 	dc     discovery.DiscoveryInterface
 	mapper *restmapper.DeferredDiscoveryRESTMapper
-	rep    *Report
+	// cmp compares snapshot objects with live ones (with the snapshot CRDs' defaults).
+	cmp *Comparer
+	rep *Report
 
 	// uids maps snapshot UIDs to live UIDs as objects are found or restored.
 	mu   sync.Mutex
@@ -238,6 +240,13 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) (*Report, error) {
 		byUID: map[types.UID]snapshot.Entry{}, crdGVR: map[schema.GroupKind]schema.GroupVersionResource{},
 		held: map[string]bool{},
 	}
+	var crds []*unstructured.Unstructured
+	for _, e := range o.Entries {
+		if e.Section == snapshot.SectionCRD {
+			crds = append(crds, e.Object)
+		}
+	}
+	r.cmp = NewComparer(crds)
 	for _, e := range o.Entries {
 		if uid := e.Object.GetUID(); uid != "" {
 			r.byUID[uid] = e
@@ -464,7 +473,7 @@ func (r *restorer) put(ctx context.Context, desired, live *unstructured.Unstruct
 			}
 			return outCreated, created.GetUID(), nil
 		}
-		if Equal(desired, live) && ownerUIDsEqual(desired, live) {
+		if r.cmp.Equal(desired, live) && ownerUIDsEqual(desired, live) {
 			return outUnchanged, live.GetUID(), nil
 		}
 		want := desired.DeepCopy()
@@ -538,7 +547,7 @@ func (r *restorer) create(ctx context.Context, ri dynamic.ResourceInterface, des
 
 // putStatus writes desired's status through the status subresource when it differs.
 func (r *restorer) putStatus(ctx context.Context, ri dynamic.ResourceInterface, desired, live *unstructured.Unstructured) error {
-	ds, dok := desired.Object["status"]
+	ds, dok := statusFor(desired, live)
 	ls, lok := live.Object["status"]
 	if dok == lok && reflect.DeepEqual(numbersAsFloat(ds), numbersAsFloat(ls)) {
 		return nil

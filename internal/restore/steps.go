@@ -124,7 +124,7 @@ func (r *restorer) alreadyRestored(ctx context.Context) (bool, error) {
 				key = "/" + e.Object.GetName()
 			}
 			l := live[gvr][key]
-			if l == nil || !Equal(e.Object, l) {
+			if l == nil || !r.cmp.Equal(e.Object, l) {
 				return false, nil
 			}
 		}

@@ -69,8 +69,11 @@ func (k Key) String() string {
 }
 
 // serverFields are metadata fields the API server sets; they are stripped from captures.
-// UIDs and ownerReferences are kept (restore remaps them).
-var serverFields = []string{"managedFields", "resourceVersion", "generation", "creationTimestamp", "selfLink", "deletionGracePeriodSeconds"}
+// UIDs and ownerReferences are kept (restore remaps them), and so is the generation: a
+// status.observedGeneration means nothing without it (restore compares and writes
+// observedGeneration relative to it). It does not change while the spec does not, so two
+// captures of an unchanged cluster stay byte-identical.
+var serverFields = []string{"managedFields", "resourceVersion", "creationTimestamp", "selfLink", "deletionGracePeriodSeconds"}
 
 // Canonicalize strips server-populated fields from obj in place.
 func Canonicalize(obj *unstructured.Unstructured) {
@@ -110,6 +113,12 @@ func (e *encoder) line(v any) error {
 		return err
 	}
 	_, err := e.w.Write(e.buf.Bytes())
+	return err
+}
+
+// raw writes b, which holds lines encoded as line does.
+func (e *encoder) raw(b []byte) error {
+	_, err := e.w.Write(b)
 	return err
 }
 

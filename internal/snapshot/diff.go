@@ -77,6 +77,9 @@ func diffValues(path string, a, b any, secret bool, out *[]FieldChange) {
 			keys[k] = struct{}{}
 		}
 		for k := range keys {
+			if path == "metadata" && k == "generation" {
+				continue // follows every spec change; the spec change itself is shown
+			}
 			p := k
 			if path != "" {
 				p = path + "." + k

@@ -1,0 +1,137 @@
+package restore
+
+import (
+	"reflect"
+
+	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
+	structuraldefaulting "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/defaulting"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Comparer compares a snapshot object with a live one as the API server sees them:
+//
+//   - both normalized (Normalize: server-managed fields dropped);
+//   - custom resources with the defaults of their CRD's schema applied. The API server applies
+//     them to every write, so a restored object carries a defaulted field even where the
+//     snapshot did not (an object stored at an older version is read without the defaults of
+//     the newer one, and a restore necessarily writes it at the current version);
+//   - observedGeneration (status.observedGeneration and each condition's) taken relative to
+//     metadata.generation, where both objects have a generation. The generation is the
+//     server's counter: a restore's writes may move it even when the spec ends up as in the
+//     snapshot, and what the status says is "observed the current spec" or "is n behind".
+type Comparer struct {
+	schemas map[schema.GroupVersionKind]*structuralschema.Structural
+}
+
+// NewComparer knows the schemas of crds (CustomResourceDefinition objects, apiextensions.k8s.io/v1).
+// A version whose schema cannot be read gets no defaults.
+func NewComparer(crds []*unstructured.Unstructured) *Comparer {
+	c := &Comparer{schemas: map[schema.GroupVersionKind]*structuralschema.Structural{}}
+	for _, u := range crds {
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, crd); err != nil {
+			continue
+		}
+		for _, v := range crd.Spec.Versions {
+			if v.Schema == nil || v.Schema.OpenAPIV3Schema == nil {
+				continue
+			}
+			internal := &apiextensions.JSONSchemaProps{}
+			if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(v.Schema.OpenAPIV3Schema, internal, nil); err != nil {
+				continue
+			}
+			s, err := structuralschema.NewStructural(internal)
+			if err != nil {
+				continue
+			}
+			c.schemas[schema.GroupVersionKind{Group: crd.Spec.Group, Version: v.Name, Kind: crd.Spec.Names.Kind}] = s
+		}
+	}
+	return c
+}
+
+// Prepare returns the forms of snap and live that Equal compares (for showing differences).
+func (c *Comparer) Prepare(snap, live *unstructured.Unstructured) (*unstructured.Unstructured, *unstructured.Unstructured) {
+	a, b := snap.DeepCopy(), live.DeepCopy()
+	if c != nil {
+		if s := c.schemas[a.GroupVersionKind()]; s != nil {
+			structuraldefaulting.Default(a.Object, s)
+		}
+		if s := c.schemas[b.GroupVersionKind()]; s != nil {
+			structuraldefaulting.Default(b.Object, s)
+		}
+	}
+	if !IsBuiltin(a.GroupVersionKind()) {
+		ga, aok := generation(a)
+		gb, bok := generation(b)
+		if aok && bok {
+			shiftObservedGeneration(a.Object, -ga)
+			shiftObservedGeneration(b.Object, -gb)
+		}
+	}
+	return Normalize(a), Normalize(b)
+}
+
+// Equal says whether live equals snap in the sense of Comparer.
+func (c *Comparer) Equal(snap, live *unstructured.Unstructured) bool {
+	a, b := c.Prepare(snap, live)
+	return reflect.DeepEqual(numbersAsFloat(a.Object), numbersAsFloat(b.Object))
+}
+
+// shiftObservedGeneration adds by to status.observedGeneration and to the observedGeneration of
+// every status condition, where present.
+func shiftObservedGeneration(obj map[string]any, by int64) {
+	status, ok := obj["status"].(map[string]any)
+	if !ok {
+		return
+	}
+	shift := func(m map[string]any) {
+		switch v := m["observedGeneration"].(type) {
+		case int64:
+			m["observedGeneration"] = v + by
+		case float64:
+			m["observedGeneration"] = v + float64(by)
+		}
+	}
+	shift(status)
+	if conds, ok := status["conditions"].([]any); ok {
+		for _, c := range conds {
+			if m, ok := c.(map[string]any); ok {
+				shift(m)
+			}
+		}
+	}
+}
+
+// statusFor returns desired's status as it should be written on live: observedGeneration values
+// moved by the difference between live's and desired's generation (see Comparer).
+func statusFor(desired, live *unstructured.Unstructured) (any, bool) {
+	ds, ok := desired.Object["status"]
+	if !ok {
+		return nil, false
+	}
+	gd, dok := generation(desired)
+	gl, lok := generation(live)
+	if !dok || !lok || gd == gl {
+		return ds, true
+	}
+	tmp := map[string]any{"status": runtime.DeepCopyJSONValue(ds)}
+	shiftObservedGeneration(tmp, gl-gd)
+	return tmp["status"], true
+}
+
+// generation reads metadata.generation (int64 from the API, float64 from decoded JSON).
+func generation(u *unstructured.Unstructured) (int64, bool) {
+	md, _ := u.Object["metadata"].(map[string]any)
+	switch v := md["generation"].(type) {
+	case int64:
+		return v, true
+	case float64:
+		return int64(v), true
+	}
+	return 0, false
+}
