@@ -615,7 +615,9 @@ func (d *demo) verify(ctx context.Context) error {
 // relative to the generation), and the CRD's stored versions.
 func compareStates(ref, live []*unstructured.Unstructured) []string {
 	cmp := restore.NewComparer(live[:1])
-	key := func(u *unstructured.Unstructured) string { return u.GetKind() + " " + u.GetNamespace() + "/" + u.GetName() }
+	key := func(u *unstructured.Unstructured) string {
+		return u.GetKind() + " " + u.GetNamespace() + "/" + u.GetName()
+	}
 	byKey := map[string]*unstructured.Unstructured{}
 	for _, l := range live {
 		byKey[key(l)] = l
