@@ -54,7 +54,7 @@ test: testbed-bins ## Run every test against real local clusters (builds the tes
 	$(GO) test -p $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
 
 .PHONY: demo
-demo: testbed-bins build ## Start a hub and 3 members with workloads, show what to try; Ctrl-C tears it down.
+demo: testbed-bins build ## The end-to-end story on a local hub + 3 members: waves, a failed gate, automatic rollback, verification (about 2 minutes once built).
 	$(BIN_DIR)/rewind demo --bin-dir $(TESTBED_BIN)
 
 .PHONY: clean

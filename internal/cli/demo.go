@@ -14,6 +14,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -111,6 +112,8 @@ type demo struct {
 	// reference is each member's MySQLClusters and CRD before 3.0.0.
 	reference map[string][]*unstructured.Unstructured
 	timeline  []string
+	// seen is the last line shown per rollout/cluster (only changes are shown).
+	seen map[string]string
 }
 
 func (d *demo) step(n int, format string, args ...any) {
@@ -476,13 +479,20 @@ func (d *demo) setRelease(ctx context.Context, rel string) error {
 // set is the release last asked for: the rollout ending in another final state for it is an
 // error at once.
 func (d *demo) watch(ctx context.Context, set, release, phase string, timeout time.Duration) (*v1alpha1.Rollout, error) {
-	seen := map[string]string{}
 	ro := &v1alpha1.Rollout{}
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		if err := d.hub.Get(ctx, client.ObjectKey{Namespace: demoHubNS, Name: demoRollout}, ro); err != nil {
 			return false, nil
 		}
-		d.note(seen, "rollout", fmt.Sprintf("rollout %-12s %s -> %s", dash(ro.Status.Phase), dash(ro.Status.PreviousRelease), ro.Status.CurrentRelease))
+		line := fmt.Sprintf("rollout %-12s %s -> %s", dash(ro.Status.Phase), dash(ro.Status.PreviousRelease), ro.Status.CurrentRelease)
+		if c := meta.FindStatusCondition(ro.Status.Conditions, v1alpha1.ConditionRolledBack); c != nil && c.Status == metav1.ConditionTrue &&
+			(ro.Status.Phase == v1alpha1.RolloutRollingBack || ro.Status.Phase == v1alpha1.RolloutRolledBack) {
+			line += ": " + c.Message
+		}
+		if len(line) > 200 {
+			line = line[:197] + "..."
+		}
+		d.note("rollout", line)
 		for _, c := range ro.Status.Clusters {
 			msg := ""
 			if c.Phase == v1alpha1.ClusterFailed || c.Step == controller.StepRestore || strings.Contains(c.Message, "gate") {
@@ -492,7 +502,7 @@ func (d *demo) watch(ctx context.Context, set, release, phase string, timeout ti
 			if len(state) > 160 {
 				state = state[:157] + "..."
 			}
-			d.note(seen, c.Cluster, state)
+			d.note(c.Cluster, state)
 		}
 		if ro.Status.CurrentRelease == release && ro.Status.Phase == phase {
 			return true, nil
@@ -510,7 +520,11 @@ func (d *demo) watch(ctx context.Context, set, release, phase string, timeout ti
 	return ro, nil
 }
 
-func (d *demo) note(seen map[string]string, key, line string) {
+func (d *demo) note(key, line string) {
+	if d.seen == nil {
+		d.seen = map[string]string{}
+	}
+	seen := d.seen
 	if seen[key] == line {
 		return
 	}

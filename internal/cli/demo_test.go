@@ -50,9 +50,11 @@ func TestDemoVerificationCatchesACorruptedRestore(t *testing.T) {
 		"✗ member2: 2 differences",
 		"MySQLCluster shop/orders-004 changed: spec.replicas: 2 -> 9",
 		"MySQLCluster shop/orders-011 is missing",
-		// The story itself: the canary passed, wave 2 failed, everything was rolled back.
-		"health lost during bake",
+		// The story itself: wave 2 failed its gate, everything was rolled back.
+		"rolled back to mysql-v2 automatically: cluster member",
+		"failed at HealthGate",
 		"rollout RolledBack   mysql-v3 -> mysql-v2",
+		"member1  Restore  RolledBack",
 		"$ rewind rollout status mysql",
 	} {
 		if !strings.Contains(text, want) {
