@@ -273,7 +273,9 @@ func (d *demo) setUp(ctx context.Context) error {
 		return err
 	}
 	d.say("installed rewind's CRDs into the hub")
-	mgr, err := controller.NewManager(d.tb.Hub.RESTConfig(), controller.Options{MetricsAddr: "0", ProbeAddr: "0", GatePoll: 500 * time.Millisecond})
+	// SkipNameValidation: the process may host another manager (the package's tests do).
+	mgr, err := controller.NewManager(d.tb.Hub.RESTConfig(), controller.Options{MetricsAddr: "0", ProbeAddr: "0", GatePoll: 500 * time.Millisecond,
+		SkipNameValidation: true})
 	if err != nil {
 		return err
 	}
