@@ -127,23 +127,34 @@ func median(ds []time.Duration) time.Duration {
 	return s[len(s)/2]
 }
 
+// heapRuns captures 3 times and returns the runs.
+func heapRuns(ctx context.Context, b *testing.B, cfg *rest.Config) []captureRun {
+	var runs []captureRun
+	for range 3 {
+		runs = append(runs, captureOnce(ctx, b, cfg))
+	}
+	return runs
+}
+
 // BenchmarkSnapshotCapture captures 10,000 CRs of about 1 KiB plus 2,000 owned objects and
 // compares with a raw paginated LIST of the same objects, measured alternately in the same
-// run (median of 3). Peak heap is measured at half and full size to show it does not grow
-// with the payload.
+// run (median of 3). Peak heap is measured at 5,000, 10,000 and 20,000 CRs (with 1,000, 2,000
+// and 4,000 owned objects), 3 captures each, to show it does not grow with the payload.
 func BenchmarkSnapshotCapture(b *testing.B) {
 	ctx := context.Background()
 	cfg := env.Members[0].RESTConfig()
 	cfg.QPS, cfg.Burst = 500, 1000
 
 	populate(b, 0, 5000, 250)
-	half := captureOnce(ctx, b, cfg)
+	half := heapRuns(ctx, b, cfg)
 	populate(b, 5000, 5000, 250)
 
+	var capT, listT time.Duration
+	var full []captureRun
+	var listed int
 	for i := 0; i < b.N; i++ {
 		var caps, lists []time.Duration
-		var full captureRun
-		var listed int
+		full = full[:0]
 		for r := 0; r < 3; r++ {
 			start := time.Now()
 			n, err := rawList(ctx, cfg)
@@ -152,25 +163,60 @@ func BenchmarkSnapshotCapture(b *testing.B) {
 			}
 			lists = append(lists, time.Since(start))
 			listed = n
-			full = captureOnce(ctx, b, cfg)
-			caps = append(caps, full.d)
+			run := captureOnce(ctx, b, cfg)
+			caps = append(caps, run.d)
+			full = append(full, run)
 		}
-		capT, listT := median(caps), median(lists)
-		ratio := float64(capT) / float64(listT)
-		fmt.Printf("snapshot capture: %d objects (%d captured), %.1f MiB canonical, %.1f MiB stored (gzip + AES-256-GCM)\n",
-			listed, full.objects, mb(uint64(full.plain)), mb(uint64(full.stored)))
-		fmt.Printf("  capture time      %8s  (%.0f objects/s)\n", capT.Round(time.Millisecond), float64(full.objects)/capT.Seconds())
-		fmt.Printf("  baseline raw LIST %8s  (%.0f objects/s)\n", listT.Round(time.Millisecond), float64(listed)/listT.Seconds())
-		fmt.Printf("  ratio capture/LIST %.2fx (target <= 1.30x)\n", ratio)
-		fmt.Printf("  peak heap in use (with uncollected garbage): %.1f MiB at %.1f MiB payload (5,000 CRs), %.1f MiB at %.1f MiB payload (10,000 CRs)\n",
-			mb(half.heap.inUse), mb(uint64(half.plain)), mb(full.heap.inUse), mb(uint64(full.plain)))
-		fmt.Printf("  peak live heap (after GC):                  %.1f MiB at 5,000 CRs, %.1f MiB at 10,000 CRs\n",
-			mb(half.heap.live), mb(full.heap.live))
-		b.ReportMetric(capT.Seconds(), "capture-s")
-		b.ReportMetric(listT.Seconds(), "rawlist-s")
-		b.ReportMetric(ratio, "capture/list")
-		b.ReportMetric(float64(full.objects)/capT.Seconds(), "objects/s")
-		b.ReportMetric(mb(full.heap.inUse), "peak-heap-MiB")
-		b.ReportMetric(mb(full.heap.live), "peak-live-heap-MiB")
+		capT, listT = median(caps), median(lists)
 	}
+	b.StopTimer()
+	populate(b, 10000, 10000, 500)
+	double := heapRuns(ctx, b, cfg)
+
+	points := [][]captureRun{half, full, double}
+	row := func(name string, f func(heapPeaks) uint64) []spread {
+		fmt.Printf("    %-28s", name)
+		var out []spread
+		for _, runs := range points {
+			var hs []heapPeaks
+			for _, r := range runs {
+				hs = append(hs, r.heap)
+			}
+			s := spreadOf(hs, f)
+			out = append(out, s)
+			fmt.Printf(" %22s", s)
+		}
+		fmt.Println()
+		return out
+	}
+	last := full[len(full)-1]
+	ratio := float64(capT) / float64(listT)
+	fmt.Printf("snapshot capture: %d objects (%d captured), %.1f MiB canonical, %.1f MiB stored (gzip + AES-256-GCM)\n",
+		listed, last.objects, mb(uint64(last.plain)), mb(uint64(last.stored)))
+	fmt.Printf("  capture time      %8s  (%.0f objects/s)\n", capT.Round(time.Millisecond), float64(last.objects)/capT.Seconds())
+	fmt.Printf("  baseline raw LIST %8s  (%.0f objects/s)\n", listT.Round(time.Millisecond), float64(listed)/listT.Seconds())
+	fmt.Printf("  ratio capture/LIST %.2fx (target <= 1.30x)\n", ratio)
+	fmt.Printf("  peak heap by payload: median of 3 captures [lowest-highest]; \"above\": above the heap just before the capture\n")
+	fmt.Printf("    %-28s %22s %22s %22s\n", "", "5,000 CRs", "10,000 CRs", "20,000 CRs")
+	fmt.Printf("    %-28s", "objects captured")
+	for _, runs := range points {
+		fmt.Printf(" %22d", runs[0].objects)
+	}
+	fmt.Printf("\n    %-28s", "canonical payload")
+	for _, runs := range points {
+		fmt.Printf(" %18.1f MiB", mb(uint64(runs[0].plain)))
+	}
+	fmt.Println()
+	live := row("live heap (after GC), above", func(h heapPeaks) uint64 { return h.live })
+	row("  median over GC cycles", func(h heapPeaks) uint64 { return h.liveMedian })
+	row("live heap of the process", func(h heapPeaks) uint64 { return h.liveTotal })
+	inUse := row("heap in use (with garbage)", func(h heapPeaks) uint64 { return h.inUse })
+	b.ReportMetric(capT.Seconds(), "capture-s")
+	b.ReportMetric(listT.Seconds(), "rawlist-s")
+	b.ReportMetric(ratio, "capture/list")
+	b.ReportMetric(float64(last.objects)/capT.Seconds(), "objects/s")
+	b.ReportMetric(mb(inUse[1].median), "peak-heap-MiB")
+	b.ReportMetric(mb(live[0].median), "peak-live-heap-5k-MiB")
+	b.ReportMetric(mb(live[1].median), "peak-live-heap-10k-MiB")
+	b.ReportMetric(mb(live[2].median), "peak-live-heap-20k-MiB")
 }

@@ -2,16 +2,20 @@ package snapshot
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -75,7 +79,12 @@ type Result struct {
 // Capture streams the canonical payload of the operator's state on the cluster of cfg to w:
 // a header line, then the CRDs, every custom resource (all namespaces, with status), and the
 // associated resources, one entry per line, in a deterministic order. Memory does not grow
-// with the number of objects: pages are streamed, and candidate children are spooled to disk.
+// with the number of objects: LIST responses are decoded one object at a time as they
+// arrive; CRs wait in memory only as canonical lines, in batches of about 64 KiB (a few for
+// the kind being written, at most a page for a kind listed ahead of its turn); candidate
+// children stream to spool files on disk; and the UIDs that UID-chain discovery needs are
+// kept on disk in sorted runs (see chainIndex). What stays in memory per object is 2 bits
+// per candidate child, during the last step.
 func Capture(ctx context.Context, cfg *rest.Config, o Options, w io.Writer) (*Result, error) {
 	if o.PageSize <= 0 {
 		o.PageSize = 500
@@ -90,10 +99,20 @@ func Capture(ctx context.Context, cfg *rest.Config, o Options, w io.Writer) (*Re
 	if cfg.QPS < 100 {
 		cfg.QPS, cfg.Burst = 200, 400
 	}
-	dyn, err := dynamic.NewForConfig(cfg)
+	// One REST client for the GETs (through a dynamic client) and the streamed LISTs, so
+	// both share one connection pool and one rate limiter.
+	rcfg := dynamic.ConfigFor(cfg)
+	rcfg.GroupVersion = nil
+	rcfg.ContentType, rcfg.AcceptContentTypes = "application/json", "application/json"
+	hc, err := rest.HTTPClientFor(rcfg)
 	if err != nil {
 		return nil, err
 	}
+	rc, err := rest.UnversionedRESTClientForConfigAndClient(rcfg, hc)
+	if err != nil {
+		return nil, err
+	}
+	dyn := dynamic.New(rc)
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -116,7 +135,8 @@ func Capture(ctx context.Context, cfg *rest.Config, o Options, w io.Writer) (*Re
 	if err := enc.line(res.Header); err != nil {
 		return nil, err
 	}
-	c := &capturer{dyn: dyn, o: o, enc: enc, res: res, crUIDs: map[types.UID]struct{}{}, written: map[types.UID]struct{}{}}
+	c := &capturer{dyn: dyn, rc: rc, o: o, enc: enc, res: res, chains: newChainIndex(o.SpoolDir, 0), written: map[types.UID]struct{}{}}
+	defer c.chains.close()
 
 	// 1. The release's CRDs, as they are live (storedVersions included).
 	crds, err := c.captureCRDs(ctx)
@@ -175,21 +195,22 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 }
 
 type capturer struct {
-	dyn     dynamic.Interface
-	o       Options
-	enc     *encoder
-	res     *Result
-	crUIDs  map[types.UID]struct{}
+	dyn    dynamic.Interface
+	rc     rest.Interface
+	o      Options
+	enc    *encoder
+	res    *Result
+	chains *chainIndex
+	// written holds the UIDs of the CRDs and manifest objects written (a few); the CRs' are
+	// in chains.
 	written map[types.UID]struct{}
 }
 
 var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
+// write writes one entry. The caller records its UID where dedup needs it.
 func (c *capturer) write(section string, obj *unstructured.Unstructured) error {
 	Canonicalize(obj)
-	if uid := obj.GetUID(); uid != "" {
-		c.written[cloneUID(uid)] = struct{}{}
-	}
 	switch section {
 	case SectionCRD:
 		c.res.Counts.CRDs++
@@ -227,6 +248,9 @@ func (c *capturer) captureCRDs(ctx context.Context) ([]crdInfo, error) {
 		group, _, _ := unstructured.NestedString(crd.Object, "spec", "group")
 		plural, _, _ := unstructured.NestedString(crd.Object, "spec", "names", "plural")
 		storage := StorageVersion(crd)
+		if uid := crd.GetUID(); uid != "" {
+			c.written[uid] = struct{}{}
+		}
 		if err := c.write(SectionCRD, crd); err != nil {
 			return nil, err
 		}
@@ -235,45 +259,265 @@ func (c *capturer) captureCRDs(ctx context.Context) ([]crdInfo, error) {
 	return out, nil
 }
 
-// page is one LIST page of a kind, or the error that ended the kind.
-type page struct {
-	items []unstructured.Unstructured
-	err   error
+// batchBytes is about the most canonical lines a batch holds.
+const batchBytes = 64 << 10
+
+// batch is what a lister made of consecutive CRs of one kind (about batchBytes; a LIST page
+// makes several): their canonical lines, with their UID keys; or the error that ended the
+// kind. Objects are decoded one at a time as the LIST response arrives, and handed over in
+// batches, so what waits in memory does not depend on the page size or on the size of the
+// objects (a decoded page takes several times its JSON size).
+type batch struct {
+	buf bytes.Buffer
+	enc *json.Encoder
+	n   int // lines in buf
+	// keys: the UIDs of the objects.
+	keys []uidKey
+	err  error
 }
 
-// listPages LISTs gvr in all namespaces page by page into ch (closed at the end).
-func (c *capturer) listPages(ctx context.Context, gvr schema.GroupVersionResource, ch chan<- page) {
+var batchPool = sync.Pool{New: func() any {
+	b := &batch{}
+	b.enc = json.NewEncoder(&b.buf)
+	b.enc.SetEscapeHTML(false)
+	return b
+}}
+
+func getBatch() *batch { return batchPool.Get().(*batch) }
+
+func putBatch(b *batch) {
+	b.buf.Reset()
+	b.n, b.keys = 0, b.keys[:0]
+	batchPool.Put(b)
+}
+
+// entry canonicalizes obj and adds its line, encoded as encoder.line does.
+func (b *batch) entry(section string, obj *unstructured.Unstructured) error {
+	Canonicalize(obj)
+	if err := b.enc.Encode(Entry{Section: section, Object: obj}); err != nil {
+		return err
+	}
+	b.n++
+	return nil
+}
+
+// listBatches LISTs gvr in all namespaces, hands each object to item to add it to the
+// current batch, and sends the batches to ch (closed at the end). It never waits for the
+// consumer while a LIST response is open (the API server would time the request out): a
+// batch the consumer does not take at once waits until the page has been read, and is
+// handed over before the next request. So the kind being consumed holds a few batches, and
+// a kind waiting for its turn at most a page of canonical lines.
+func (c *capturer) listBatches(ctx context.Context, gvr schema.GroupVersionResource, ch chan<- *batch, item func(*unstructured.Unstructured, *batch) error) {
 	defer close(ch)
+	var pending []*batch // complete batches not handed over yet, oldest first
+	b := getBatch()
+	defer func() { putBatch(b) }()
+	// offer hands over pending batches as long as the consumer takes them without waiting.
+	offer := func() {
+		for len(pending) > 0 {
+			select {
+			case ch <- pending[0]:
+				pending[0] = nil
+				pending = pending[1:]
+			default:
+				return
+			}
+		}
+	}
+	// flush hands over every pending batch, waiting for the consumer.
+	flush := func() bool {
+		for i, p := range pending {
+			select {
+			case ch <- p:
+				pending[i] = nil
+			case <-ctx.Done():
+				return false
+			}
+		}
+		pending = pending[:0]
+		return true
+	}
 	cont := ""
 	for {
-		list, err := c.dyn.Resource(gvr).List(ctx, metav1.ListOptions{Limit: c.o.PageSize, Continue: cont})
+		next, err := c.listPage(ctx, gvr, cont, func(u *unstructured.Unstructured) error {
+			if err := item(u, b); err != nil {
+				return err
+			}
+			if b.buf.Len() >= batchBytes {
+				pending = append(pending, b)
+				b = getBatch()
+				offer()
+			}
+			return nil
+		})
 		if err != nil {
 			select {
-			case ch <- page{err: fmt.Errorf("listing %s: %w", gvr.GroupResource(), err)}:
+			case ch <- &batch{err: fmt.Errorf("listing %s: %w", gvr.GroupResource(), err)}:
 			case <-ctx.Done():
 			}
 			return
 		}
-		select {
-		case ch <- page{items: list.Items}:
-		case <-ctx.Done():
+		if b.n > 0 {
+			pending = append(pending, b)
+			b = getBatch()
+		}
+		if !flush() {
 			return
 		}
-		cont = list.GetContinue()
-		if cont == "" {
+		if cont = next; cont == "" {
 			return
 		}
 	}
 }
 
-// orderedLists lists every gvr concurrently (at most Parallelism at once, each with one page
-// buffered) and hands the pages to fn kind by kind, in the given order.
-func (c *capturer) orderedLists(ctx context.Context, gvrs []schema.GroupVersionResource, fn func(schema.GroupVersionResource, []unstructured.Unstructured) error) error {
+// listAll LISTs gvr in all namespaces page by page and hands each object to item.
+func (c *capturer) listAll(ctx context.Context, gvr schema.GroupVersionResource, item func(*unstructured.Unstructured) error) error {
+	cont := ""
+	for {
+		next, err := c.listPage(ctx, gvr, cont, item)
+		if err != nil {
+			return fmt.Errorf("listing %s: %w", gvr.GroupResource(), err)
+		}
+		if cont = next; cont == "" {
+			return nil
+		}
+	}
+}
+
+// listPage reads one page of gvr (the request the dynamic client's List sends), decoding its
+// objects as they arrive, and returns the continue token.
+func (c *capturer) listPage(ctx context.Context, gvr schema.GroupVersionResource, cont string, item func(*unstructured.Unstructured) error) (string, error) {
+	path := []string{"api"}
+	if gvr.Group != "" {
+		path = []string{"apis", gvr.Group}
+	}
+	path = append(path, gvr.Version, gvr.Resource)
+	req := c.rc.Get().AbsPath(path...).Param("limit", strconv.FormatInt(c.o.PageSize, 10))
+	if cont != "" {
+		req = req.Param("continue", cont)
+	}
+	body, err := req.Stream(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer body.Close()
+	return decodeList(body, item)
+}
+
+// decodeList decodes a JSON list as the dynamic client does (integers kept as int64; an
+// object with neither kind nor apiVersion gets those of the list), but one object at a time,
+// handing each to item in order, and returns the list's continue token. Only a list whose
+// objects need its kind before the kind is read (never sent by an API server) is held whole.
+func decodeList(r io.Reader, item func(*unstructured.Unstructured) error) (string, error) {
+	dec := json.NewDecoder(r)
+	t, err := dec.Token()
+	if err == io.EOF {
+		return "", errors.New("empty response")
+	}
+	if err != nil {
+		return "", err
+	}
+	if t != json.Delim('{') {
+		return "", errors.New("the list is not a JSON object")
+	}
+	var apiVersion, kind, cont string
+	var sawKind, sawAPIVersion bool
+	var held []*unstructured.Unstructured // objects waiting for the list's kind, in order
+	var raw json.RawMessage
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return "", err
+		}
+		switch t {
+		case "apiVersion", "kind", "metadata":
+			var v any
+			if err := dec.Decode(&v); err != nil {
+				return "", err
+			}
+			switch t {
+			case "apiVersion":
+				apiVersion, _ = v.(string)
+				sawAPIVersion = true
+			case "kind":
+				kind, _ = v.(string)
+				sawKind = true
+			default:
+				m, _ := v.(map[string]any)
+				cont, _ = m["continue"].(string)
+			}
+			continue
+		case "items":
+		default:
+			if err := dec.Decode(&raw); err != nil {
+				return "", err
+			}
+			continue
+		}
+		if t, err = dec.Token(); err != nil {
+			return "", err
+		}
+		if t == nil { // "items": null
+			continue
+		}
+		if t != json.Delim('[') {
+			return "", errors.New("the list's items are not an array")
+		}
+		for dec.More() {
+			if err := dec.Decode(&raw); err != nil {
+				return "", err
+			}
+			m := map[string]any{}
+			if err := utiljson.Unmarshal(raw, &m); err != nil {
+				return "", err
+			}
+			u := &unstructured.Unstructured{Object: m}
+			if held != nil || (u.GetKind() == "" && u.GetAPIVersion() == "" && !(sawKind && sawAPIVersion)) {
+				held = append(held, u)
+				continue
+			}
+			if u.GetKind() == "" && u.GetAPIVersion() == "" {
+				u.SetKind(strings.TrimSuffix(kind, "List"))
+				u.SetAPIVersion(apiVersion)
+			}
+			if err := item(u); err != nil {
+				return "", err
+			}
+		}
+		if _, err := dec.Token(); err != nil { // ']'
+			return "", err
+		}
+	}
+	if _, err := dec.Token(); err != nil { // '}'
+		return "", err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return "", errors.New("data after the list")
+	}
+	if kind == "" {
+		return "", errors.New("the list has no kind")
+	}
+	for _, u := range held {
+		if u.GetKind() == "" && u.GetAPIVersion() == "" {
+			u.SetKind(strings.TrimSuffix(kind, "List"))
+			u.SetAPIVersion(apiVersion)
+		}
+		if err := item(u); err != nil {
+			return "", err
+		}
+	}
+	return cont, nil
+}
+
+// orderedLists lists every gvr concurrently (at most Parallelism at once): each lister makes
+// batches of its objects with item (see listBatches). consume gets the batches kind by kind,
+// in the given order; a batch is reused after.
+func (c *capturer) orderedLists(ctx context.Context, gvrs []schema.GroupVersionResource, item func(*unstructured.Unstructured, *batch) error, consume func(*batch) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	chans := make([]chan page, len(gvrs))
+	chans := make([]chan *batch, len(gvrs))
 	for i := range chans {
-		chans[i] = make(chan page, 1)
+		chans[i] = make(chan *batch, 1)
 	}
 	sem := make(chan struct{}, c.o.Parallelism)
 	var wg sync.WaitGroup
@@ -290,16 +534,18 @@ func (c *capturer) orderedLists(ctx context.Context, gvrs []schema.GroupVersionR
 			go func() {
 				defer wg.Done()
 				defer func() { <-sem }()
-				c.listPages(ctx, gvr, chans[i])
+				c.listBatches(ctx, gvr, chans[i], item)
 			}()
 		}
 	}()
-	for i, gvr := range gvrs {
-		for p := range chans[i] {
-			if p.err != nil {
-				return p.err
+	for i := range gvrs {
+		for b := range chans[i] {
+			if b.err != nil {
+				return b.err
 			}
-			if err := fn(gvr, p.items); err != nil {
+			err := consume(b)
+			putBatch(b)
+			if err != nil {
 				return err
 			}
 		}
@@ -312,14 +558,18 @@ func (c *capturer) captureCRs(ctx context.Context, crds []crdInfo) error {
 	for _, crd := range crds {
 		gvrs = append(gvrs, crd.gvr)
 	}
-	return c.orderedLists(ctx, gvrs, func(_ schema.GroupVersionResource, items []unstructured.Unstructured) error {
-		for i := range items {
-			c.crUIDs[cloneUID(items[i].GetUID())] = struct{}{}
-			if err := c.write(SectionCR, &items[i]); err != nil {
+	item := func(obj *unstructured.Unstructured, b *batch) error {
+		b.keys = append(b.keys, c.chains.keys.key(obj.GetUID()))
+		return b.entry(SectionCR, obj)
+	}
+	return c.orderedLists(ctx, gvrs, item, func(b *batch) error {
+		for _, k := range b.keys {
+			if err := c.chains.addCR(k); err != nil {
 				return err
 			}
 		}
-		return nil
+		c.res.Counts.CustomResources += b.n
+		return c.enc.raw(b.buf.Bytes())
 	})
 }
 
@@ -361,6 +611,10 @@ func (c *capturer) captureManifestObjects(ctx context.Context) error {
 		}
 		return a.u.GetName() < b.u.GetName()
 	})
+	// Read them all first, so that which are CRs (already written) is found in one pass over
+	// the CR UIDs; they are as many as the release's manifests, which are in memory anyway.
+	var lives []*unstructured.Unstructured
+	var uids []types.UID
 	for _, r := range refs {
 		live, err := c.dyn.Resource(r.gvr).Namespace(r.ns).Get(ctx, r.u.GetName(), metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -369,8 +623,20 @@ func (c *capturer) captureManifestObjects(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("reading %s %s/%s: %w", r.u.GetKind(), r.ns, r.u.GetName(), err)
 		}
-		if _, dup := c.written[live.GetUID()]; dup {
-			continue
+		lives = append(lives, live)
+		uids = append(uids, live.GetUID())
+	}
+	isCR, err := c.chains.areCRs(uids)
+	if err != nil {
+		return err
+	}
+	for i, live := range lives {
+		uid := live.GetUID()
+		if uid != "" {
+			if _, dup := c.written[uid]; dup || isCR[i] {
+				continue
+			}
+			c.written[uid] = struct{}{}
 		}
 		if err := c.write(SectionAssociated, live); err != nil {
 			return err
@@ -413,123 +679,127 @@ func (c *capturer) resourceFor(gvk schema.GroupVersionKind) (schema.GroupVersion
 	return schema.GroupVersionResource{}, false, fmt.Errorf("snapshot: the release defines a %s, which rewind does not know how to capture yet", gvk)
 }
 
-// spooled is the index entry of a candidate child in the spool file.
-type spooled struct {
-	uid    types.UID
-	owners []types.UID
-}
-
-// spool holds the candidate children (objects of the owned kinds that have an owner) in a
-// temporary file in LIST order; only their UIDs and owner UIDs stay in memory.
+// spool holds the candidate children (objects of the owned kinds that have an owner) in
+// temporary files, one per owned kind, in LIST order, each object as the canonical line it
+// would be written as; their UIDs and owner UIDs go to the capture's chainIndex.
 type spool struct {
-	f     *os.File
-	index []spooled
+	files []*os.File // by owned kind
 }
 
 func (s *spool) close() {
-	s.f.Close()
-	os.Remove(s.f.Name())
+	for _, f := range s.files {
+		if f != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}
 }
 
-// spoolCandidates lists the owned kinds and spools every object that has an ownerReference.
+// spoolCandidates lists the owned kinds (at most Parallelism at once) and spools every object
+// that has an ownerReference. Each kind streams into its own file, so nothing waits in memory
+// for another kind.
 func (c *capturer) spoolCandidates(ctx context.Context) (*spool, error) {
-	f, err := os.CreateTemp(c.o.SpoolDir, "rewind-snapshot-spool-")
-	if err != nil {
-		return nil, err
-	}
-	sp := &spool{f: f}
-	bw := bufio.NewWriterSize(f, 256<<10)
-	err = c.orderedLists(ctx, c.o.OwnedKinds, func(gvr schema.GroupVersionResource, items []unstructured.Unstructured) error {
-		for i := range items {
-			refs := items[i].GetOwnerReferences()
-			if len(refs) == 0 {
-				continue
-			}
-			e := spooled{uid: cloneUID(items[i].GetUID())}
-			for _, r := range refs {
-				e.owners = append(e.owners, cloneUID(r.UID))
-			}
-			b, err := json.Marshal(items[i].Object)
+	sp := &spool{files: make([]*os.File, len(c.o.OwnedKinds))}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(c.o.Parallelism)
+	for i, gvr := range c.o.OwnedKinds {
+		g.Go(func() error {
+			f, err := os.CreateTemp(c.o.SpoolDir, "rewind-snapshot-spool-")
 			if err != nil {
 				return err
 			}
-			if _, err := bw.Write(append(b, '\n')); err != nil {
+			sp.files[i] = f
+			bw := bufio.NewWriterSize(f, 64<<10)
+			enc := json.NewEncoder(bw) // as encoder.line
+			enc.SetEscapeHTML(false)
+			var owners []uidKey
+			err = c.listAll(gctx, gvr, func(obj *unstructured.Unstructured) error {
+				refs := obj.GetOwnerReferences()
+				if len(refs) == 0 {
+					return nil
+				}
+				owners = owners[:0]
+				for _, r := range refs {
+					owners = append(owners, c.chains.keys.key(r.UID))
+				}
+				k := c.chains.keys.key(obj.GetUID())
+				Canonicalize(obj)
+				if err := enc.Encode(Entry{Section: SectionAssociated, Object: obj}); err != nil {
+					return err
+				}
+				return c.chains.addCandidate(i, k, owners)
+			})
+			if err != nil {
 				return err
 			}
-			sp.index = append(sp.index, e)
-		}
-		return nil
-	})
-	if err == nil {
-		err = bw.Flush()
+			return bw.Flush()
+		})
 	}
-	if err != nil {
+	if err := g.Wait(); err != nil {
 		sp.close()
 		return nil, err
 	}
 	return sp, nil
 }
 
-// writeChildren writes every spooled object reachable from a CR through ownerReference UIDs.
+// writeChildren writes every spooled object reachable from a CR through ownerReference UIDs
+// (once, and not if already written), in spool order: kind by kind, in LIST order.
 func (c *capturer) writeChildren(sp *spool) error {
-	if sp == nil || len(c.crUIDs) == 0 {
+	if sp == nil {
 		return nil
 	}
-	index := sp.index
-	// Reachability: an object is captured when one of its owners is a CR or a captured object.
-	reach := map[types.UID]bool{}
-	for changed := true; changed; {
-		changed = false
-		for _, e := range index {
-			if reach[e.uid] {
-				continue
-			}
-			for _, o := range e.owners {
-				if _, isCR := c.crUIDs[o]; isCR || reach[o] {
-					reach[e.uid] = true
-					changed = true
-					break
-				}
-			}
-		}
-	}
-	if len(reach) == 0 {
-		return nil
-	}
-	if _, err := sp.f.Seek(0, io.SeekStart); err != nil {
+	write, err := c.chains.children(c.written)
+	if err != nil {
 		return err
 	}
-	sc := bufio.NewScanner(sp.f)
-	sc.Buffer(make([]byte, 0, 1<<20), 64<<20)
-	for i := 0; sc.Scan(); i++ {
-		if !reach[index[i].uid] {
-			continue
-		}
-		if _, dup := c.written[index[i].uid]; dup {
-			continue
-		}
-		obj := &unstructured.Unstructured{}
-		if err := utiljson.Unmarshal(sc.Bytes(), &obj.Object); err != nil {
-			return fmt.Errorf("reading the spool: %w", err)
-		}
-		if err := c.write(SectionAssociated, obj); err != nil {
+	some := false
+	for _, w := range write {
+		some = some || w != 0
+	}
+	if !some {
+		return nil
+	}
+	buf := make([]byte, 0, 64<<10)
+	i := uint32(0) // candidate number in spool order
+	for kind, f := range sp.files {
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
 			return err
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("reading the spool: %w", err)
+		sc := bufio.NewScanner(f)
+		sc.Buffer(buf, 64<<20)
+		n := uint32(0)
+		for ; sc.Scan(); i, n = i+1, n+1 {
+			if n >= c.chains.kindCount(kind) {
+				return errors.New("reading the spool: more lines than candidates")
+			}
+			if !write.has(i) {
+				continue
+			}
+			// The line is the canonical entry already.
+			c.res.Counts.Associated++
+			if err := c.enc.raw(sc.Bytes()); err != nil {
+				return err
+			}
+			if err := c.enc.raw(newline); err != nil {
+				return err
+			}
+		}
+		if err := sc.Err(); err != nil {
+			return fmt.Errorf("reading the spool: %w", err)
+		}
+		if n != c.chains.kindCount(kind) {
+			return errors.New("reading the spool: fewer lines than candidates")
+		}
 	}
 	return nil
 }
+
+var newline = []byte{'\n'}
 
 // IsSecret says whether an entry is a core Secret (its values are never shown).
 func IsSecret(u *unstructured.Unstructured) bool {
 	return u.GetAPIVersion() == "v1" && u.GetKind() == "Secret"
 }
-
-// cloneUID copies a UID so that keeping it does not keep the decoded page it came from (a
-// decoder may hand out strings that share one large buffer).
-func cloneUID(u types.UID) types.UID { return types.UID(strings.Clone(string(u))) }
 
 // StorageVersion returns the version a CRD stores its objects at ("" if none is marked).
 func StorageVersion(crd *unstructured.Unstructured) string {
