@@ -97,14 +97,17 @@ type Testbed struct {
 	// StartupTime is how long Start took.
 	StartupTime time.Duration
 
-	opts     Options
-	bins     Binaries
-	pki      *pki
-	ownsDir  bool
-	etcd     *process
-	etcdURL  string
-	mu       sync.Mutex
-	procs    []*process
+	opts    Options
+	bins    Binaries
+	pki     *pki
+	ownsDir bool
+	etcd    *process
+	etcdURL string
+	mu      sync.Mutex
+	procs   []*process
+	// ready is set once every cluster has started; before that the state file lists only the
+	// processes (clusters are still being filled in by their own goroutines).
+	ready    bool
 	stopOnce sync.Once
 	stopSig  chan os.Signal
 	stopped  chan struct{}
@@ -198,6 +201,9 @@ func Start(ctx context.Context, opts Options) (_ *Testbed, err error) {
 		return nil, err
 	}
 	t.StartupTime = time.Since(begin)
+	t.mu.Lock()
+	t.ready = true
+	t.mu.Unlock()
 	if err = t.writeState(); err != nil {
 		return nil, err
 	}
@@ -253,7 +259,10 @@ func (t *Testbed) writeState() error {
 		return nil
 	}
 	st := State{StateDir: t.StateDir, EtcdURL: t.etcdURL, Processes: t.Processes(), Started: time.Now().UTC()}
-	if t.Hub != nil {
+	t.mu.Lock()
+	ready := t.ready
+	t.mu.Unlock()
+	if ready && t.Hub != nil {
 		st.Clusters = t.Clusters()
 	}
 	b, err := json.MarshalIndent(st, "", "  ")
