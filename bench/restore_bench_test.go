@@ -40,7 +40,9 @@ func ensurePopulated(b *testing.B) {
 // owned object (data or labels), from one LIST per kind. It returns how many objects it
 // updated.
 func changeAll(ctx context.Context, b *testing.B, round int) int {
-	dyn, err := dynamic.NewForConfig(env.Members[0].RESTConfig())
+	cfg := env.Members[0].RESTConfig()
+	cfg.QPS, cfg.Burst = 1000, 2000 // the client limits restore.Run uses: the server sets the pace
+	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -648,6 +648,9 @@ func compareStates(ref, live []*unstructured.Unstructured) []string {
 			diffs = append(diffs, k+" is missing")
 			continue
 		}
+		if r.GetKind() != "CustomResourceDefinition" && cmp.Equal(r, l) {
+			continue
+		}
 		a, b := cmp.Prepare(r, l)
 		if r.GetKind() == "CustomResourceDefinition" {
 			// The definition and its stored versions; conditions and accepted names are the

@@ -19,10 +19,13 @@ import (
 //     them to every write, so a restored object carries a defaulted field even where the
 //     snapshot did not (an object stored at an older version is read without the defaults of
 //     the newer one, and a restore necessarily writes it at the current version);
-//   - observedGeneration (status.observedGeneration and each condition's) taken relative to
-//     metadata.generation, where both objects have a generation. The generation is the
-//     server's counter: a restore's writes may move it even when the spec ends up as in the
-//     snapshot, and what the status says is "observed the current spec" or "is n behind".
+//   - observedGeneration (status.observedGeneration and each condition's) compared either as
+//     written or relative to metadata.generation (where both objects have a generation): the
+//     generation is the server's counter, and a restore's writes may move it even when the
+//     spec ends up as in the snapshot. A restore writes the snapshot's status as it is (so it
+//     may say "n behind" until the operator reconciles), and once the operator has reconciled,
+//     the status says again what the snapshot's said ("observed the current spec"). Both are
+//     the snapshot's status.
 type Comparer struct {
 	schemas map[schema.GroupVersionKind]*structuralschema.Structural
 }
@@ -54,8 +57,13 @@ func NewComparer(crds []*unstructured.Unstructured) *Comparer {
 	return c
 }
 
-// Prepare returns the forms of snap and live that Equal compares (for showing differences).
+// Prepare returns the forms of snap and live that Equal compares, with observedGeneration
+// relative to the generation (for showing differences).
 func (c *Comparer) Prepare(snap, live *unstructured.Unstructured) (*unstructured.Unstructured, *unstructured.Unstructured) {
+	return c.prepare(snap, live, true)
+}
+
+func (c *Comparer) prepare(snap, live *unstructured.Unstructured, relative bool) (*unstructured.Unstructured, *unstructured.Unstructured) {
 	a, b := snap.DeepCopy(), live.DeepCopy()
 	if c != nil {
 		if s := c.schemas[a.GroupVersionKind()]; s != nil {
@@ -65,7 +73,7 @@ func (c *Comparer) Prepare(snap, live *unstructured.Unstructured) (*unstructured
 			structuraldefaulting.Default(b.Object, s)
 		}
 	}
-	if !IsBuiltin(a.GroupVersionKind()) {
+	if relative && !IsBuiltin(a.GroupVersionKind()) {
 		ga, aok := generation(a)
 		gb, bok := generation(b)
 		if aok && bok {
@@ -78,8 +86,13 @@ func (c *Comparer) Prepare(snap, live *unstructured.Unstructured) (*unstructured
 
 // Equal says whether live equals snap in the sense of Comparer.
 func (c *Comparer) Equal(snap, live *unstructured.Unstructured) bool {
-	a, b := c.Prepare(snap, live)
-	return reflect.DeepEqual(numbersAsFloat(a.Object), numbersAsFloat(b.Object))
+	for _, relative := range []bool{false, true} {
+		a, b := c.prepare(snap, live, relative)
+		if reflect.DeepEqual(numbersAsFloat(a.Object), numbersAsFloat(b.Object)) {
+			return true
+		}
+	}
+	return false
 }
 
 // shiftObservedGeneration adds by to status.observedGeneration and to the observedGeneration of
@@ -105,23 +118,6 @@ func shiftObservedGeneration(obj map[string]any, by int64) {
 			}
 		}
 	}
-}
-
-// statusFor returns desired's status as it should be written on live: observedGeneration values
-// moved by the difference between live's and desired's generation (see Comparer).
-func statusFor(desired, live *unstructured.Unstructured) (any, bool) {
-	ds, ok := desired.Object["status"]
-	if !ok {
-		return nil, false
-	}
-	gd, dok := generation(desired)
-	gl, lok := generation(live)
-	if !dok || !lok || gd == gl {
-		return ds, true
-	}
-	tmp := map[string]any{"status": runtime.DeepCopyJSONValue(ds)}
-	shiftObservedGeneration(tmp, gl-gd)
-	return tmp["status"], true
 }
 
 // generation reads metadata.generation (int64 from the API, float64 from decoded JSON).

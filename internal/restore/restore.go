@@ -222,8 +222,10 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) (*Report, error) {
 		o.Log = func(string, ...any) {}
 	}
 	cfg = rest.CopyConfig(cfg)
-	if cfg.QPS < 200 {
-		cfg.QPS, cfg.Burst = 500, 1000
+	// A restore is a bulk write bounded by Parallelism writers: the client's rate limiter must
+	// not be what bounds it (the API server's flow control protects the server).
+	if cfg.QPS < 1000 {
+		cfg.QPS, cfg.Burst = 1000, 2000
 	}
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
@@ -547,7 +549,7 @@ func (r *restorer) create(ctx context.Context, ri dynamic.ResourceInterface, des
 
 // putStatus writes desired's status through the status subresource when it differs.
 func (r *restorer) putStatus(ctx context.Context, ri dynamic.ResourceInterface, desired, live *unstructured.Unstructured) error {
-	ds, dok := statusFor(desired, live)
+	ds, dok := desired.Object["status"]
 	ls, lok := live.Object["status"]
 	if dok == lok && reflect.DeepEqual(numbersAsFloat(ds), numbersAsFloat(ls)) {
 		return nil
