@@ -60,39 +60,55 @@ func NewComparer(crds []*unstructured.Unstructured) *Comparer {
 // Prepare returns the forms of snap and live that Equal compares, with observedGeneration
 // relative to the generation (for showing differences).
 func (c *Comparer) Prepare(snap, live *unstructured.Unstructured) (*unstructured.Unstructured, *unstructured.Unstructured) {
-	return c.prepare(snap, live, true)
+	a, b, ga, gb, ok := c.prepare(snap, live)
+	if ok {
+		shiftObservedGeneration(a.Object, -ga)
+		shiftObservedGeneration(b.Object, -gb)
+	}
+	return a, b
 }
 
-func (c *Comparer) prepare(snap, live *unstructured.Unstructured, relative bool) (*unstructured.Unstructured, *unstructured.Unstructured) {
-	a, b := snap.DeepCopy(), live.DeepCopy()
-	if c != nil {
-		if s := c.schemas[a.GroupVersionKind()]; s != nil {
-			structuraldefaulting.Default(a.Object, s)
-		}
-		if s := c.schemas[b.GroupVersionKind()]; s != nil {
-			structuraldefaulting.Default(b.Object, s)
-		}
+// prepare returns normalized copies of snap and live with the schema defaults applied, and the
+// generations to relate observedGeneration to (ok: both objects are custom resources with one).
+func (c *Comparer) prepare(snap, live *unstructured.Unstructured) (a, b *unstructured.Unstructured, ga, gb int64, ok bool) {
+	a, b = c.withDefaults(snap), c.withDefaults(live)
+	if !IsBuiltin(snap.GroupVersionKind()) {
+		var aok, bok bool
+		ga, aok = generation(snap)
+		gb, bok = generation(live)
+		ok = aok && bok
 	}
-	if relative && !IsBuiltin(a.GroupVersionKind()) {
-		ga, aok := generation(a)
-		gb, bok := generation(b)
-		if aok && bok {
-			shiftObservedGeneration(a.Object, -ga)
-			shiftObservedGeneration(b.Object, -gb)
-		}
+	return Normalize(a), Normalize(b), ga, gb, ok
+}
+
+// withDefaults returns u with its CRD schema's defaults applied (a copy), or u itself when no
+// schema is known for it.
+func (c *Comparer) withDefaults(u *unstructured.Unstructured) *unstructured.Unstructured {
+	if c == nil {
+		return u
 	}
-	return Normalize(a), Normalize(b)
+	s := c.schemas[u.GroupVersionKind()]
+	if s == nil {
+		return u
+	}
+	d := u.DeepCopy()
+	structuraldefaulting.Default(d.Object, s)
+	return d
 }
 
 // Equal says whether live equals snap in the sense of Comparer.
 func (c *Comparer) Equal(snap, live *unstructured.Unstructured) bool {
-	for _, relative := range []bool{false, true} {
-		a, b := c.prepare(snap, live, relative)
-		if reflect.DeepEqual(numbersAsFloat(a.Object), numbersAsFloat(b.Object)) {
-			return true
-		}
+	a, b, ga, gb, ok := c.prepare(snap, live)
+	x, y := numbersAsFloat(a.Object), numbersAsFloat(b.Object)
+	if reflect.DeepEqual(x, y) {
+		return true // as written
 	}
-	return false
+	if !ok || ga == gb {
+		return false
+	}
+	shiftObservedGeneration(a.Object, -ga)
+	shiftObservedGeneration(b.Object, -gb)
+	return reflect.DeepEqual(numbersAsFloat(a.Object), numbersAsFloat(b.Object)) // relative
 }
 
 // shiftObservedGeneration adds by to status.observedGeneration and to the observedGeneration of
