@@ -8,7 +8,6 @@ import (
 	"log"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -239,25 +238,22 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// rewind runs a CLI command against the hub, showing it first.
+// rewind runs a CLI command against the hub (global --kubeconfig and -n added), showing it
+// first when show is set.
 func (d *demo) rewind(ctx context.Context, show string, args ...string) (string, error) {
+	return d.run(ctx, show, append(args, "--kubeconfig", d.tb.Hub.Kubeconfig, "-n", demoHubNS)...)
+}
+
+// run runs a CLI command as it is, showing it first when show is set.
+func (d *demo) run(ctx context.Context, show string, args ...string) (string, error) {
 	if show != "" {
 		d.say("$ rewind %s", show)
 	}
-	var buf bytes.Buffer
-	cmd := NewRootCommand()
-	if slices.Contains(args, "--hub-kubeconfig") {
-		// `clusters add` takes the member's kubeconfig as --kubeconfig.
-		cmd.SetArgs(args)
-	} else {
-		cmd.SetArgs(append(args, "--kubeconfig", d.tb.Hub.Kubeconfig, "-n", demoHubNS))
+	out, err := Run(ctx, args...)
+	if err != nil {
+		return out, fmt.Errorf("rewind %s: %w\n%s", strings.Join(args, " "), err, out)
 	}
-	cmd.SetOut(&buf)
-	cmd.SetErr(&buf)
-	if err := cmd.ExecuteContext(ctx); err != nil {
-		return buf.String(), fmt.Errorf("rewind %s: %w\n%s", strings.Join(args, " "), err, buf.String())
-	}
-	return buf.String(), nil
+	return out, nil
 }
 
 func (d *demo) setUp(ctx context.Context) error {
@@ -287,7 +283,8 @@ func (d *demo) setUp(ctx context.Context) error {
 	d.say("started the rewind controller (in this process; `rewind controller` runs it on its own)")
 
 	for _, m := range d.tb.Members {
-		if _, err := d.rewind(ctx, fmt.Sprintf("clusters add %s --kubeconfig %s", m.Name, m.Kubeconfig),
+		// clusters add takes the member's kubeconfig as --kubeconfig, the hub's as --hub-kubeconfig.
+		if _, err := d.run(ctx, fmt.Sprintf("clusters add %s --kubeconfig %s", m.Name, m.Kubeconfig),
 			"clusters", "add", m.Name, "--kubeconfig", m.Kubeconfig, "--hub-kubeconfig", d.tb.Hub.Kubeconfig); err != nil {
 			return err
 		}

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"net"
 	"strconv"
@@ -19,15 +18,7 @@ func TestMain(m *testing.M) {
 }
 
 // run executes the rewind command line in-process and returns its output.
-func run(ctx context.Context, args ...string) (string, error) {
-	var out bytes.Buffer
-	cmd := NewRootCommand()
-	cmd.SetArgs(args)
-	cmd.SetOut(&out)
-	cmd.SetErr(&out)
-	err := cmd.ExecuteContext(ctx)
-	return out.String(), err
-}
+func run(ctx context.Context, args ...string) (string, error) { return Run(ctx, args...) }
 
 // freeAddr returns a free 127.0.0.1 address.
 func freeAddr(t *testing.T) string {

@@ -2,6 +2,8 @@
 package cli
 
 import (
+	"bytes"
+	"context"
 	"path/filepath"
 	"strings"
 
@@ -24,6 +26,18 @@ const (
 // NewRootCommand returns the `rewind` command with every subcommand.
 func NewRootCommand() *cobra.Command {
 	return newRoot(programName)
+}
+
+// Run executes the rewind command line args in this process and returns what it printed
+// (stdout and stderr together): for the demo and for tests.
+func Run(ctx context.Context, args ...string) (string, error) {
+	var out bytes.Buffer
+	cmd := NewRootCommand()
+	cmd.SetArgs(append([]string{}, args...))
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	err := cmd.ExecuteContext(ctx)
+	return out.String(), err
 }
 
 // NewCommandFor returns the root command for a process started as argv0 with args: `rewind`,

@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -579,15 +578,11 @@ func schemaGVR(g, v, r string) schema.GroupVersionResource {
 // rewind runs the CLI in-process against the shared hub.
 func rewind(t *testing.T, ns string, args ...string) string {
 	t.Helper()
-	var out bytes.Buffer
-	cmd := cli.NewRootCommand()
-	cmd.SetArgs(append(args, "--kubeconfig", env.Hub.Kubeconfig, "-n", ns))
-	cmd.SetOut(&out)
-	cmd.SetErr(&out)
-	if err := cmd.ExecuteContext(t.Context()); err != nil {
-		t.Fatalf("rewind %v: %v\n%s", args, err, out.String())
+	out, err := cli.Run(t.Context(), append(args, "--kubeconfig", env.Hub.Kubeconfig, "-n", ns)...)
+	if err != nil {
+		t.Fatalf("rewind %v: %v\n%s", args, err, out)
 	}
-	return out.String()
+	return out
 }
 
 func TestApprovalPauseAndResume(t *testing.T) {

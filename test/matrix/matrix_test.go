@@ -5,7 +5,6 @@
 package matrix
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -48,15 +47,11 @@ const (
 // rewind runs the CLI in-process against the hub.
 func rewind(t *testing.T, ns string, args ...string) string {
 	t.Helper()
-	var out bytes.Buffer
-	cmd := cli.NewRootCommand()
-	cmd.SetArgs(append(args, "--kubeconfig", env.Hub.Kubeconfig, "-n", ns))
-	cmd.SetOut(&out)
-	cmd.SetErr(&out)
-	if err := cmd.ExecuteContext(t.Context()); err != nil {
-		t.Fatalf("rewind %v: %v\n%s", args, err, out.String())
+	out, err := cli.Run(t.Context(), append(args, "--kubeconfig", env.Hub.Kubeconfig, "-n", ns)...)
+	if err != nil {
+		t.Fatalf("rewind %v: %v\n%s", args, err, out)
 	}
-	return out.String()
+	return out
 }
 
 func gvr(version string) schema.GroupVersionResource {
@@ -81,13 +76,9 @@ var builtin = map[string]schema.GroupVersionResource{
 func TestVersionJumps(t *testing.T) {
 	hub := testenv.HubClient(t, env.Hub.RESTConfig())
 	for _, m := range env.Members {
-		cmd := cli.NewRootCommand()
-		var out bytes.Buffer
-		cmd.SetOut(&out)
-		cmd.SetErr(&out)
-		cmd.SetArgs([]string{"clusters", "add", m.Name, "--kubeconfig", m.Kubeconfig, "--hub-kubeconfig", env.Hub.Kubeconfig})
-		if err := cmd.ExecuteContext(t.Context()); err != nil {
-			t.Fatalf("rewind clusters add %s: %v\n%s", m.Name, err, out.String())
+		// clusters add takes the member's kubeconfig as --kubeconfig, the hub's as --hub-kubeconfig.
+		if out, err := cli.Run(t.Context(), "clusters", "add", m.Name, "--kubeconfig", m.Kubeconfig, "--hub-kubeconfig", env.Hub.Kubeconfig); err != nil {
+			t.Fatalf("rewind clusters add %s: %v\n%s", m.Name, err, out)
 		}
 	}
 	members := make([]runner.Member, 0, len(env.Members))
