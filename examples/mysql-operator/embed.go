@@ -13,9 +13,11 @@ import (
 	"path/filepath"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
 	"github.com/rewind-dev/rewind/examples/mysql-operator/operator"
+	"github.com/rewind-dev/rewind/internal/release"
 )
 
 // Deploy is the deploy/ folder.
@@ -43,6 +45,21 @@ func (p Package) ReleaseArgs(name string) []string {
 	return []string{"release", "create", name, "--operator", "mysql-operator", "--version", p.Build.Version,
 		"--git-commit", p.Build.GitCommit, "--image", p.Build.Image(), "--" + p.Source, p.Dir,
 		"--install-namespace", "mysql-operator-system"}
+}
+
+// Render renders the package's manifests as `rewind release create` does, for an install in
+// namespace.
+func (p Package) Render(namespace string) ([]*unstructured.Unstructured, error) {
+	switch p.Source {
+	case SourceManifests:
+		return release.RenderManifests(p.Dir)
+	case SourceChart:
+		objs, _, err := release.RenderChart(p.Dir, "", "mysql-operator", namespace)
+		return objs, err
+	default:
+		objs, _, err := release.RenderBundle(p.Dir, namespace)
+		return objs, err
+	}
 }
 
 // Write copies the release of version ("1.0.0", "v2", ...) into dir/<major> and returns where it

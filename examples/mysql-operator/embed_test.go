@@ -20,15 +20,7 @@ func TestEveryReleaseRendersWithItsImageAndExtraArgs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var objs []*unstructured.Unstructured
-			switch p.Source {
-			case mysqloperator.SourceManifests:
-				objs, err = release.RenderManifests(p.Dir)
-			case mysqloperator.SourceChart:
-				objs, _, err = release.RenderChart(p.Dir, "", "mysql-operator", "mysql-operator-system")
-			case mysqloperator.SourceBundle:
-				objs, _, err = release.RenderBundle(p.Dir, "mysql-operator-system")
-			}
+			objs, err := p.Render("mysql-operator-system")
 			if err != nil {
 				t.Fatalf("%s (%s): %v", b.Version, p.Source, err)
 			}

@@ -388,11 +388,7 @@ func createMySQLClusters(ctx context.Context, m *testbed.Cluster, n int, badConf
 		if badConfig && i%10 == 7 {
 			config += "\n" + demoBadConfig + "=0"
 		}
-		u := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": operator.Group + "/v1alpha1", "kind": operator.Kind,
-			"metadata": map[string]any{"name": fmt.Sprintf("orders-%03d", i), "namespace": demoCRNS},
-			"spec":     map[string]any{"replicas": int64(1 + i%3), "version": "8.0", "config": config},
-		}}
+		u := operator.NewCluster("v1alpha1", demoCRNS, fmt.Sprintf("orders-%03d", i), operator.Spec{Replicas: int32(1 + i%3), MySQLVersion: "8.0", Config: config})
 		if _, err := dyn.Resource(mysqlGVR("v1alpha1")).Namespace(demoCRNS).Create(ctx, u, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("%s: creating MySQLCluster %s: %w", m.Name, u.GetName(), err)
 		}
@@ -419,7 +415,7 @@ func (d *demo) waitReconciled(ctx context.Context, m *testbed.Cluster, apiVersio
 			return false, nil
 		}
 		for _, it := range l.Items {
-			if !crReady(&it) {
+			if !operator.Ready(&it) {
 				last = fmt.Sprintf("MySQLCluster %s is not Ready", it.GetName())
 				return false, nil
 			}
@@ -445,17 +441,6 @@ func (d *demo) waitReconciled(ctx context.Context, m *testbed.Cluster, apiVersio
 		return fmt.Errorf("%s: %s", m.Name, last)
 	}
 	return nil
-}
-
-func crReady(u *unstructured.Unstructured) bool {
-	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	for _, c := range conds {
-		m, _ := c.(map[string]any)
-		if m["type"] == "Ready" && m["status"] == "True" && m["observedGeneration"] == u.GetGeneration() {
-			return true
-		}
-	}
-	return false
 }
 
 func (d *demo) setRelease(ctx context.Context, rel string) error {

@@ -218,21 +218,12 @@ func jump(t *testing.T, hub client.Client, r *runner.Runner, m *testbed.Cluster,
 
 func createCRs(t *testing.T, dyn dynamic.Interface, b operator.Build) {
 	t.Helper()
-	versionField := "version"
-	if b.APIVersion == "v1" {
-		versionField = "mysqlVersion"
-	}
 	nsObj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": crNS}}}
 	if _, err := dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}).Create(t.Context(), nsObj, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range crCount {
-		spec := map[string]any{"replicas": int64(1), versionField: "8.0", "config": fmt.Sprintf("server_id=%d", i)}
-		u := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": operator.Group + "/" + b.APIVersion, "kind": operator.Kind,
-			"metadata": map[string]any{"name": fmt.Sprintf("db-%03d", i), "namespace": crNS},
-			"spec":     spec,
-		}}
+		u := operator.NewCluster(b.APIVersion, crNS, fmt.Sprintf("db-%03d", i), operator.Spec{Replicas: 1, MySQLVersion: "8.0", Config: fmt.Sprintf("server_id=%d", i)})
 		if _, err := dyn.Resource(gvr(b.APIVersion)).Namespace(crNS).Create(t.Context(), u, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -255,7 +246,7 @@ func waitAllReady(t *testing.T, dyn dynamic.Interface, version, by string) {
 			return false, nil
 		}
 		for _, it := range l.Items {
-			if !ready(&it) {
+			if !operator.Ready(&it) {
 				last = fmt.Sprintf("%s is not Ready: %v", it.GetName(), it.Object["status"])
 				return false, nil
 			}
@@ -279,17 +270,6 @@ func waitAllReady(t *testing.T, dyn dynamic.Interface, version, by string) {
 	if err != nil {
 		t.Fatalf("MySQLClusters (read at %s) not all Ready and reconciled by %s: %s", version, by, last)
 	}
-}
-
-func ready(u *unstructured.Unstructured) bool {
-	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	for _, c := range conds {
-		m, _ := c.(map[string]any)
-		if m["type"] == "Ready" && m["status"] == string(metav1.ConditionTrue) && m["observedGeneration"] == u.GetGeneration() {
-			return true
-		}
-	}
-	return false
 }
 
 func storedVersions(t *testing.T, dyn dynamic.Interface) []string {

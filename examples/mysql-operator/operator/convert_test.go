@@ -65,3 +65,19 @@ func TestReadSpecDefaultsAndIgnoresUnknownFields(t *testing.T) {
 		t.Fatalf("v1 build read %+v", s)
 	}
 }
+
+func TestNewClusterWritesWhatReadSpecReads(t *testing.T) {
+	for _, v := range []string{"v1alpha1", "v1beta1", "v1"} {
+		want := Spec{Replicas: 3, MySQLVersion: "8.4", Config: "x=1", BackupSchedule: "@daily"}
+		if v == "v1alpha1" {
+			want.BackupSchedule = "" // v1alpha1 has no backups
+		}
+		u := NewCluster(v, "shop", "orders", want)
+		if u.GetAPIVersion() != Group+"/"+v || u.GetKind() != Kind || u.GetNamespace() != "shop" || u.GetName() != "orders" {
+			t.Fatalf("%s: %v", v, u.Object)
+		}
+		if got := ReadSpec(u, v); got != want {
+			t.Errorf("%s: ReadSpec(NewCluster(%+v)) = %+v", v, want, got)
+		}
+	}
+}

@@ -75,6 +75,51 @@ func ReadSpec(u *unstructured.Unstructured, apiVersion string) Spec {
 	return s
 }
 
+// NewCluster returns a MySQLCluster at apiVersion with spec s, the fields named as that version
+// names them (the inverse of ReadSpec). Empty fields are left out, for the schema to default.
+func NewCluster(apiVersion, namespace, name string, s Spec) *unstructured.Unstructured {
+	spec := map[string]any{}
+	if s.Replicas > 0 {
+		spec["replicas"] = int64(s.Replicas)
+	}
+	if s.MySQLVersion != "" {
+		field := "version"
+		if apiVersion == "v1" {
+			field = "mysqlVersion"
+		}
+		spec[field] = s.MySQLVersion
+	}
+	if s.Config != "" {
+		spec["config"] = s.Config
+	}
+	if s.BackupSchedule != "" && apiVersion != "v1alpha1" {
+		spec["backup"] = map[string]any{"schedule": s.BackupSchedule}
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": Group + "/" + apiVersion, "kind": Kind,
+		"metadata": map[string]any{"name": name, "namespace": namespace},
+		"spec":     spec,
+	}}
+}
+
+// Ready says whether a MySQLCluster's Ready condition is True for its current generation, as
+// this operator reports it (and as rewind's health gate reads it).
+func Ready(u *unstructured.Unstructured) bool {
+	return ReadyIs(u, metav1.ConditionTrue)
+}
+
+// ReadyIs says whether the Ready condition has status want for the current generation.
+func ReadyIs(u *unstructured.Unstructured, want metav1.ConditionStatus) bool {
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == "Ready" && m["status"] == string(want) && m["observedGeneration"] == u.GetGeneration() {
+			return true
+		}
+	}
+	return false
+}
+
 // Reconciler reconciles MySQLClusters at its build's API version.
 type Reconciler struct {
 	Client client.Client

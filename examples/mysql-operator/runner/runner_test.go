@@ -42,15 +42,7 @@ func install(t *testing.T, c client.Client, version string, args ...string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var objs []*unstructured.Unstructured
-	switch p.Source {
-	case mysqloperator.SourceManifests:
-		objs, err = release.RenderManifests(p.Dir)
-	case mysqloperator.SourceChart:
-		objs, _, err = release.RenderChart(p.Dir, "", "mysql-operator", installNS)
-	default:
-		objs, _, err = release.RenderBundle(p.Dir, installNS)
-	}
+	objs, err := p.Render(installNS)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,15 +86,7 @@ func waitReady(t *testing.T, dyn dynamic.Interface, ns, version string, n int, w
 			return false, nil
 		}
 		for _, it := range l.Items {
-			conds, _, _ := unstructured.NestedSlice(it.Object, "status", "conditions")
-			ok := false
-			for _, c := range conds {
-				m := c.(map[string]any)
-				if m["type"] == "Ready" && m["status"] == string(want) && m["observedGeneration"] == it.GetGeneration() {
-					ok = true
-				}
-			}
-			if !ok {
+			if !operator.ReadyIs(&it, want) {
 				last = fmt.Sprintf("%s: status %v", it.GetName(), it.Object["status"])
 				return false, nil
 			}
@@ -129,11 +113,7 @@ func TestRunnerRunsTheInstalledReleaseAndItsConversionWebhook(t *testing.T) {
 	install(t, c, "v1")
 	waitRunning(t, r, m.Name, "1.0.0", false)
 	for i := range 3 {
-		u := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "database.example.com/v1alpha1", "kind": "MySQLCluster",
-			"metadata": map[string]any{"name": fmt.Sprintf("db-%d", i), "namespace": ns},
-			"spec":     map[string]any{"replicas": int64(1 + i), "version": "8.0", "config": "max_connections=100"},
-		}}
+		u := operator.NewCluster("v1alpha1", ns, fmt.Sprintf("db-%d", i), operator.Spec{Replicas: int32(1 + i), MySQLVersion: "8.0", Config: "max_connections=100"})
 		if _, err := dyn.Resource(gvr("v1alpha1")).Namespace(ns).Create(t.Context(), u, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -168,11 +148,7 @@ func TestRunnerRunsTheInstalledReleaseAndItsConversionWebhook(t *testing.T) {
 	if cfg, _, _ := unstructured.NestedString(got.Object, "spec", "config"); cfg != "max_connections=100" {
 		t.Fatalf("the deprecated spec.config was not kept: %q", cfg)
 	}
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "database.example.com/v1", "kind": "MySQLCluster",
-		"metadata": map[string]any{"name": "db-new", "namespace": ns},
-		"spec":     map[string]any{"mysqlVersion": "8.4"},
-	}}
+	u := operator.NewCluster("v1", ns, "db-new", operator.Spec{MySQLVersion: "8.4"})
 	if _, err := dyn.Resource(gvr("v1")).Namespace(ns).Create(t.Context(), u, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
