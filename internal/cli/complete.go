@@ -8,6 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
@@ -75,28 +77,37 @@ func withPrefix(names []string, prefix string) []string {
 	return slices.Compact(out)
 }
 
-func listSnapshots(ctx context.Context, c client.Client, ns string, _ []string) ([]string, error) {
-	var list v1alpha1.SnapshotList
-	if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
+// namesOf lists the names of the objects of list (a typed List) selected by opts.
+func namesOf(ctx context.Context, c client.Client, list client.ObjectList, opts ...client.ListOption) ([]string, error) {
+	if err := c.List(ctx, list, opts...); err != nil {
 		return nil, err
 	}
-	names := make([]string, 0, len(list.Items))
-	for _, s := range list.Items {
-		names = append(names, s.Name)
-	}
-	return names, nil
+	var names []string
+	err := apimeta.EachListItem(list, func(o runtime.Object) error {
+		names = append(names, o.(client.Object).GetName())
+		return nil
+	})
+	return names, err
+}
+
+func listSnapshots(ctx context.Context, c client.Client, ns string, _ []string) ([]string, error) {
+	return namesOf(ctx, c, &v1alpha1.SnapshotList{}, client.InNamespace(ns))
 }
 
 func listRollouts(ctx context.Context, c client.Client, ns string, _ []string) ([]string, error) {
-	var list v1alpha1.RolloutList
-	if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
-		return nil, err
-	}
-	names := make([]string, 0, len(list.Items))
-	for _, r := range list.Items {
-		names = append(names, r.Name)
-	}
-	return names, nil
+	return namesOf(ctx, c, &v1alpha1.RolloutList{}, client.InNamespace(ns))
+}
+
+func listMemberClusters(ctx context.Context, c client.Client, _ string, _ []string) ([]string, error) {
+	return namesOf(ctx, c, &v1alpha1.MemberClusterList{})
+}
+
+func listReleases(ctx context.Context, c client.Client, ns string, _ []string) ([]string, error) {
+	return namesOf(ctx, c, &v1alpha1.OperatorReleaseList{}, client.InNamespace(ns))
+}
+
+func listNamespaces(ctx context.Context, c client.Client, _ string, _ []string) ([]string, error) {
+	return namesOf(ctx, c, &corev1.NamespaceList{})
 }
 
 // listWaves lists the waves of the rollout named by the first argument.
@@ -112,30 +123,6 @@ func listWaves(ctx context.Context, c client.Client, ns string, args []string) (
 	return names, nil
 }
 
-func listMemberClusters(ctx context.Context, c client.Client, _ string, _ []string) ([]string, error) {
-	var list v1alpha1.MemberClusterList
-	if err := c.List(ctx, &list); err != nil {
-		return nil, err
-	}
-	names := make([]string, 0, len(list.Items))
-	for _, mc := range list.Items {
-		names = append(names, mc.Name)
-	}
-	return names, nil
-}
-
-func listReleases(ctx context.Context, c client.Client, ns string, _ []string) ([]string, error) {
-	var list v1alpha1.OperatorReleaseList
-	if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
-		return nil, err
-	}
-	names := make([]string, 0, len(list.Items))
-	for _, r := range list.Items {
-		names = append(names, r.Name)
-	}
-	return names, nil
-}
-
 // listOperators lists the operators the namespace has releases of.
 func listOperators(ctx context.Context, c client.Client, ns string, _ []string) ([]string, error) {
 	var list v1alpha1.OperatorReleaseList
@@ -145,18 +132,6 @@ func listOperators(ctx context.Context, c client.Client, ns string, _ []string) 
 	names := make([]string, 0, len(list.Items))
 	for _, r := range list.Items {
 		names = append(names, r.Spec.Operator)
-	}
-	return names, nil
-}
-
-func listNamespaces(ctx context.Context, c client.Client, _ string, _ []string) ([]string, error) {
-	var list corev1.NamespaceList
-	if err := c.List(ctx, &list); err != nil {
-		return nil, err
-	}
-	names := make([]string, 0, len(list.Items))
-	for _, n := range list.Items {
-		names = append(names, n.Name)
 	}
 	return names, nil
 }
