@@ -1,27 +1,23 @@
 package testbed
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
-	"time"
+
+	"github.com/rewind-dev/rewind/internal/testbed/certs"
 )
 
 // pki holds the key material of one testbed: a CA that signs every serving certificate, the
 // service-account key pair shared by the API servers, and the static admin token.
 type pki struct {
-	caCert    *x509.Certificate
-	caKey     *ecdsa.PrivateKey
+	ca        *certs.CA
 	caPEM     []byte
 	adminTok  string
 	dir       string
@@ -35,29 +31,11 @@ func newPKI(dir string) (*pki, error) {
 		return nil, err
 	}
 	p := &pki{dir: dir}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := certs.NewCA("rewind-testbed-ca")
 	if err != nil {
 		return nil, err
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "rewind-testbed-ca"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(10 * 365 * 24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, err
-	}
-	p.caCert, err = x509.ParseCertificate(der)
-	if err != nil {
-		return nil, err
-	}
-	p.caKey = key
-	p.caPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	p.ca, p.caPEM = ca, ca.PEM
 	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), p.caPEM, 0o600); err != nil {
 		return nil, err
 	}
@@ -96,38 +74,16 @@ func newPKI(dir string) (*pki, error) {
 // servingCert writes a certificate for 127.0.0.1 and localhost signed by the CA and returns
 // the certificate and key file paths.
 func (p *pki) servingCert(name string) (certFile, keyFile string, err error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return "", "", err
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
-	if err != nil {
-		return "", "", err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(10 * 365 * 24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:     []string{"localhost", name},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.caCert, &key.PublicKey, p.caKey)
-	if err != nil {
-		return "", "", err
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
+	_, certPEM, keyPEM, err := p.ca.Issue(name, []string{"localhost", name}, []net.IP{net.ParseIP("127.0.0.1")})
 	if err != nil {
 		return "", "", err
 	}
 	certFile = filepath.Join(p.dir, name+".crt")
 	keyFile = filepath.Join(p.dir, name+".key")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+	if err := os.WriteFile(certFile, certPEM, 0o600); err != nil {
 		return "", "", err
 	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+	if err := os.WriteFile(keyFile, keyPEM, 0o600); err != nil {
 		return "", "", err
 	}
 	return certFile, keyFile, nil

@@ -26,6 +26,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -400,6 +401,9 @@ func (m *memberRunner) plumbWebhook(ctx context.Context) error {
 		}
 	case err != nil:
 		return err
+	case equality.Semantic.DeepEqual(cur.Labels, slice.Labels) && cur.AddressType == slice.AddressType &&
+		equality.Semantic.DeepEqual(cur.Endpoints, slice.Endpoints) && equality.Semantic.DeepEqual(cur.Ports, slice.Ports):
+		// Already in place.
 	default:
 		cur.Labels, cur.AddressType, cur.Endpoints, cur.Ports = slice.Labels, slice.AddressType, slice.Endpoints, slice.Ports
 		if _, err := m.kube.DiscoveryV1().EndpointSlices(svcNS).Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
