@@ -108,6 +108,8 @@ type demo struct {
 	tb     *testbed.Testbed
 	hub    client.Client
 	runner *runner.Runner
+	// stopController stops the in-process rewind controller and waits for it.
+	stopController func()
 	// reference is each member's MySQLClusters and CRD before 3.0.0.
 	reference map[string][]*unstructured.Unstructured
 	timeline  []string
@@ -158,6 +160,9 @@ func runDemo(ctx context.Context, out io.Writer, o *demoOptions) (err error) {
 			<-ctx.Done()
 		}
 		fmt.Fprintln(out, "\n==> Tearing down")
+		if d.stopController != nil {
+			d.stopController()
+		}
 		if d.runner != nil {
 			d.runner.Stop()
 		}
@@ -171,7 +176,7 @@ func runDemo(ctx context.Context, out io.Writer, o *demoOptions) (err error) {
 	}
 
 	d.step(3, "Installing mysql-operator 1.0.0 (plain manifests) everywhere, with %d MySQLClusters per member", o.crs)
-	if err := d.installV1(ctx); err != nil {
+	if err := d.install(ctx); err != nil {
 		return err
 	}
 
@@ -278,8 +283,7 @@ func (d *demo) setUp(ctx context.Context) error {
 	mctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { _ = mgr.Start(mctx); close(done) }()
-	stopMgr := func() { cancel(); <-done }
-	go func() { <-ctx.Done(); stopMgr() }()
+	d.stopController = func() { cancel(); <-done }
 	d.say("started the rewind controller (in this process; `rewind controller` runs it on its own)")
 
 	for _, m := range d.tb.Members {
@@ -306,7 +310,8 @@ func (d *demo) setUp(ctx context.Context) error {
 	return nil
 }
 
-func (d *demo) installV1(ctx context.Context) error {
+// install creates the three releases and the Rollout (1.0.0), then the MySQLClusters.
+func (d *demo) install(ctx context.Context) error {
 	dir, err := os.MkdirTemp("", "rewind-demo-releases-")
 	if err != nil {
 		return err

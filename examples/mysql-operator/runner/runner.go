@@ -171,6 +171,9 @@ type memberRunner struct {
 
 	mu      sync.Mutex
 	running *manager
+	// plumbed is the resourceVersion of the CRD the webhook was last plumbed for: Deployment
+	// status events are frequent, and nothing needs doing until the CRD changes.
+	plumbed string
 }
 
 type manager struct {
@@ -315,6 +318,7 @@ func (m *memberRunner) startManager(ctx context.Context, want Running) error {
 	if err != nil {
 		return fmt.Errorf("starting mysql-operator %s: %w", want.Build.Version, err)
 	}
+	m.plumbed = "" // a new webhook server: plumb again
 	mctx, cancel := context.WithCancel(ctx)
 	run := &manager{Running: want, cancel: cancel, done: make(chan struct{})}
 	go func() {
@@ -356,6 +360,9 @@ func (m *memberRunner) plumbWebhook(ctx context.Context) error {
 		return err // no CRD yet: nothing converts
 	}
 	crd := obj.(*unstructured.Unstructured)
+	if crd.GetResourceVersion() == m.plumbed {
+		return nil
+	}
 	if s, _, _ := unstructured.NestedString(crd.Object, "spec", "conversion", "strategy"); s != "Webhook" {
 		return nil
 	}
@@ -410,5 +417,6 @@ func (m *memberRunner) plumbWebhook(ctx context.Context) error {
 			return fmt.Errorf("EndpointSlice %s/%s: %w", svcNS, slice.Name, err)
 		}
 	}
+	m.plumbed = crd.GetResourceVersion()
 	return nil
 }
