@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 
@@ -188,6 +189,7 @@ const (
 type restorer struct {
 	o      Options
 	dyn    dynamic.Interface
+	meta   metadata.Interface
 	dc     discovery.DiscoveryInterface
 	mapper *restmapper.DeferredDiscoveryRESTMapper
 	// cmp compares snapshot objects with live ones (with the snapshot CRDs' defaults).
@@ -201,6 +203,8 @@ type restorer struct {
 	byUID map[types.UID]snapshot.Entry
 
 	crdGVR map[schema.GroupKind]schema.GroupVersionResource
+	// crUIDsKnown says the CR step ran in this run, so uids maps every snapshot CR.
+	crUIDsKnown bool
 	// held are objects the quiesce step took over (operator Deployments, webhooks); the
 	// Associated step leaves them to the Resume step.
 	held map[string]bool
@@ -231,12 +235,16 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	mc, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
 	r := &restorer{
-		o: o, dyn: dyn, dc: dc, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc)),
+		o: o, dyn: dyn, meta: mc, dc: dc, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc)),
 		rep:   &Report{Kinds: map[string]*KindReport{}},
 		uids:  map[types.UID]types.UID{},
 		byUID: map[types.UID]snapshot.Entry{}, crdGVR: map[schema.GroupKind]schema.GroupVersionResource{},

@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -71,15 +72,31 @@ func (r *restorer) markHeld() {
 // listLive lists every object of gvr (all namespaces), keyed by namespace/name.
 func (r *restorer) listLive(ctx context.Context, gvr schema.GroupVersionResource) (map[string]*unstructured.Unstructured, error) {
 	out := map[string]*unstructured.Unstructured{}
+	_, err := r.eachLive(ctx, gvr, func(u *unstructured.Unstructured) bool {
+		out[nsName(u)] = u
+		return true
+	})
+	return out, err
+}
+
+// listMeta lists the metadata of every object of gvr (all namespaces), as objects of kind gvk
+// that hold only apiVersion, kind and metadata.
+func (r *restorer) listMeta(ctx context.Context, gvr schema.GroupVersionResource, gvk schema.GroupVersionKind) ([]*unstructured.Unstructured, error) {
+	var out []*unstructured.Unstructured
 	cont := ""
 	for {
-		l, err := r.dyn.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 500, Continue: cont})
+		l, err := r.meta.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 500, Continue: cont})
 		if err != nil {
 			return nil, err
 		}
 		for i := range l.Items {
-			u := &l.Items[i]
-			out[u.GetNamespace()+"/"+u.GetName()] = u
+			m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&l.Items[i].ObjectMeta)
+			if err != nil {
+				return nil, err
+			}
+			u := &unstructured.Unstructured{Object: map[string]any{"metadata": m}}
+			u.SetGroupVersionKind(gvk)
+			out = append(out, u)
 		}
 		if cont = l.GetContinue(); cont == "" {
 			return out, nil
@@ -87,15 +104,36 @@ func (r *restorer) listLive(ctx context.Context, gvr schema.GroupVersionResource
 	}
 }
 
+// eachLive pages through every object of gvr (all namespaces) until fn returns false; it
+// reports whether it saw them all.
+func (r *restorer) eachLive(ctx context.Context, gvr schema.GroupVersionResource, fn func(*unstructured.Unstructured) bool) (bool, error) {
+	cont := ""
+	for {
+		l, err := r.dyn.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 500, Continue: cont})
+		if err != nil {
+			return false, err
+		}
+		for i := range l.Items {
+			if !fn(&l.Items[i]) {
+				return false, nil
+			}
+		}
+		if cont = l.GetContinue(); cont == "" {
+			return true, nil
+		}
+	}
+}
+
 func nsName(u *unstructured.Unstructured) string { return u.GetNamespace() + "/" + u.GetName() }
 
 // alreadyRestored reports whether the live cluster already equals the snapshot (and, with
-// Prune, holds nothing created since).
+// Prune, holds nothing created since). It compares page by page and stops at the first
+// difference, so a cluster that needs a restore costs one page per kind, not a full LIST.
 func (r *restorer) alreadyRestored(ctx context.Context) (bool, error) {
-	live := map[schema.GroupVersionResource]map[string]*unstructured.Unstructured{}
+	want := map[schema.GroupVersionResource]map[string]*unstructured.Unstructured{}
+	var order []schema.GroupVersionResource
 	for _, e := range r.o.Entries {
-		switch e.Section {
-		case snapshot.SectionCRD:
+		if e.Section == snapshot.SectionCRD {
 			l, err := r.dyn.Resource(crdGVR).Get(ctx, e.Object.GetName(), metav1.GetOptions{})
 			if apierrors.IsNotFound(err) {
 				return false, nil
@@ -106,27 +144,31 @@ func (r *restorer) alreadyRestored(ctx context.Context) (bool, error) {
 			if !crdEqual(e.Object, l) {
 				return false, nil
 			}
-		default:
-			gvr, namespaced, err := r.gvrFor(e.Object.GroupVersionKind())
-			if err != nil {
-				return false, nil // the kind is not even served
+			continue
+		}
+		gvr, _, err := r.gvrFor(e.Object.GroupVersionKind())
+		if err != nil {
+			return false, nil // the kind is not even served
+		}
+		gvr.Version = e.Object.GroupVersionKind().Version
+		if want[gvr] == nil {
+			want[gvr] = map[string]*unstructured.Unstructured{}
+			order = append(order, gvr)
+		}
+		want[gvr][nsName(e.Object)] = e.Object
+	}
+	for _, gvr := range order {
+		found := 0
+		same, err := r.eachLive(ctx, gvr, func(l *unstructured.Unstructured) bool {
+			s := want[gvr][nsName(l)]
+			if s == nil {
+				return true
 			}
-			gvr.Version = e.Object.GroupVersionKind().Version
-			if _, ok := live[gvr]; !ok {
-				m, err := r.listLive(ctx, gvr)
-				if err != nil {
-					return false, nil
-				}
-				live[gvr] = m
-			}
-			key := nsName(e.Object)
-			if !namespaced {
-				key = "/" + e.Object.GetName()
-			}
-			l := live[gvr][key]
-			if l == nil || !r.cmp.Equal(e.Object, l) {
-				return false, nil
-			}
+			found++
+			return r.cmp.Equal(s, l)
+		})
+		if err != nil || !same || found < len(want[gvr]) {
+			return false, nil
 		}
 	}
 	extras, err := r.findCreatedSince(ctx)
@@ -477,7 +519,11 @@ func (r *restorer) migrate(ctx context.Context, gvr schema.GroupVersionResource)
 
 // restoreCRs fully replaces every custom resource from the snapshot.
 func (r *restorer) restoreCRs(ctx context.Context) error {
-	return r.restoreSection(ctx, snapshot.SectionCR)
+	if err := r.restoreSection(ctx, snapshot.SectionCR); err != nil {
+		return err
+	}
+	r.crUIDsKnown = true
+	return nil
 }
 
 // restoreSection restores the entries of one section, kind by kind, owners before children.
@@ -587,8 +633,11 @@ func (r *restorer) restoreAssociated(ctx context.Context) error {
 }
 
 // ensureUIDs fills the snapshot-to-live UID map for CRs when the CR step ran in an earlier
-// (interrupted) run.
+// (interrupted) run; when it ran in this one, the map is complete already.
 func (r *restorer) ensureUIDs(ctx context.Context) {
+	if r.crUIDsKnown {
+		return
+	}
 	for gk, gvr := range r.crdGVR {
 		live, err := r.listLive(ctx, gvr)
 		if err != nil {
@@ -622,9 +671,11 @@ func (r *restorer) findCreatedSince(ctx context.Context) ([]*unstructured.Unstru
 			out = append(out, u)
 		}
 	}
+	// Only metadata decides (names, UIDs, owners): metadata-only lists cost the API server
+	// and this process a fraction of full ones.
 	crUIDs := map[types.UID]bool{}
-	for _, gvr := range r.crdGVR {
-		live, err := r.listLive(ctx, gvr)
+	for gk, gvr := range r.crdGVR {
+		live, err := r.listMeta(ctx, gvr, gk.WithVersion(gvr.Version))
 		if err != nil {
 			continue // the kind is not served (yet): nothing of it was created since
 		}
@@ -634,7 +685,11 @@ func (r *restorer) findCreatedSince(ctx context.Context) ([]*unstructured.Unstru
 		}
 	}
 	for _, gvr := range r.o.OwnedKinds {
-		live, err := r.listLive(ctx, gvr)
+		gvk, err := r.mapper.KindFor(gvr)
+		if err != nil {
+			return nil, fmt.Errorf("mapping %s: %w", gvr, err)
+		}
+		live, err := r.listMeta(ctx, gvr, gvk)
 		if err != nil {
 			return nil, err
 		}
