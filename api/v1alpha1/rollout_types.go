@@ -269,6 +269,10 @@ type RolloutStatus struct {
 	// bakeStartedAt is when the current wave finished and its bake time began.
 	// +optional
 	BakeStartedAt *metav1.Time `json:"bakeStartedAt,omitempty"`
+	// clustersDone is "N/M": N of the M targeted clusters of the current revision finished
+	// without failing (Succeeded or RolledBack). For `kubectl get`.
+	// +optional
+	ClustersDone string `json:"clustersDone,omitempty"`
 	// clusters is the per-cluster journal.
 	// +optional
 	// +listType=map
@@ -290,7 +294,7 @@ type RolloutStatus struct {
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Wave",type=integer,JSONPath=`.status.currentWave`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
-// +kubebuilder:printcolumn:name="Clusters",type=string,JSONPath=`.status.clusters[*].phase`,priority=1
+// +kubebuilder:printcolumn:name="Clusters",type=string,JSONPath=`.status.clustersDone`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Rollout struct {
 	metav1.TypeMeta   `json:",inline"`

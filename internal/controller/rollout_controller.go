@@ -84,6 +84,7 @@ type scope struct {
 
 // patch writes the status if it changed.
 func (s *scope) patch(ctx context.Context) error {
+	s.ro.Status.ClustersDone = clustersDone(s.ro.Status.Clusters)
 	if equalStatus(s.base, s.ro) {
 		return nil
 	}
@@ -92,6 +93,17 @@ func (s *scope) patch(ctx context.Context) error {
 	}
 	s.base = s.ro.DeepCopy()
 	return nil
+}
+
+// clustersDone counts the clusters that finished without failing, as "N/M".
+func clustersDone(cs []v1alpha1.ClusterProgress) string {
+	done := 0
+	for _, c := range cs {
+		if c.Phase == v1alpha1.ClusterSucceeded || c.Phase == v1alpha1.ClusterRolledBack {
+			done++
+		}
+	}
+	return fmt.Sprintf("%d/%d", done, len(cs))
 }
 
 func equalStatus(a, b *v1alpha1.Rollout) bool {
@@ -116,13 +128,28 @@ func (s *scope) revision() *v1alpha1.Revision {
 }
 
 // isRollback says whether the current revision returns to an earlier release.
+// isRollback says whether the revision is a rollback: its clusters return to snapshots taken
+// under the release it rolls out. A restore of one failed cluster inside an upgrade
+// (failure policy RollbackFailed) targets the previous release instead and does not count.
 func (s *scope) isRollback() bool {
 	for _, c := range s.ro.Status.Clusters {
-		if c.Path == v1alpha1.PathRestore {
+		if c.Path == v1alpha1.PathRestore && c.ToRelease == s.ro.Status.CurrentRelease {
 			return true
 		}
 	}
 	return false
+}
+
+// failedRestore returns the cluster the RollbackFailed policy restores, if any: a restore
+// path inside an upgrade revision, back to the release before it.
+func (s *scope) failedRestore() *v1alpha1.ClusterProgress {
+	for i := range s.ro.Status.Clusters {
+		c := &s.ro.Status.Clusters[i]
+		if c.Path == v1alpha1.PathRestore && c.ToRelease != s.ro.Status.CurrentRelease {
+			return c
+		}
+	}
+	return nil
 }
 
 func (r *RolloutReconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, error) {
@@ -145,6 +172,9 @@ func (r *RolloutReconciler) reconcile(ctx context.Context, s *scope) (ctrl.Resul
 	switch ro.Status.Phase {
 	case v1alpha1.RolloutSucceeded, v1alpha1.RolloutRolledBack, v1alpha1.RolloutFailed:
 		return ctrl.Result{}, nil
+	}
+	if c := s.failedRestore(); c != nil {
+		return r.restoreFailedCluster(ctx, s, c)
 	}
 	rollback := s.isRollback()
 	d := Decide(&ro.Spec, &ro.Status, rollback)
@@ -493,15 +523,55 @@ func (r *RolloutReconciler) onFailure(ctx context.Context, s *scope, failed stri
 		return ctrl.Result{RequeueAfter: 10 * time.Millisecond}, nil
 	case v1alpha1.FailurePolicyRollbackFailed:
 		if c.Path == v1alpha1.PathUpgrade && c.Snapshot != "" && changed(*c) {
-			// Restore only this cluster, within this revision, then stop.
-			c.Path, c.Phase, c.Step, c.ToRelease, c.RestoreSteps = v1alpha1.PathRestore, v1alpha1.ClusterRollingBack, StepRestore, ro.Status.PreviousRelease, nil
+			// Restore only this cluster, within this revision (restoreFailedCluster), then stop.
+			if rev != nil {
+				rev.Reason = reason
+			}
+			c.Path, c.Phase, c.Step, c.RestoreSteps = v1alpha1.PathRestore, v1alpha1.ClusterRollingBack, StepRestore, nil
+			c.FromRelease, c.ToRelease = ro.Status.CurrentRelease, ro.Status.PreviousRelease
+			c.StepStartedAt, c.Attempt, c.FinishedAt = &now, 0, nil
 			c.Message = reason + "; restoring it to " + ro.Status.PreviousRelease
 			r.event(s, "Warning", "ClusterRollback", "%s", c.Message)
+			r.setPhase(s, v1alpha1.RolloutRollingBack, v1alpha1.ReasonHealthGateFailed, c.Message)
 			return ctrl.Result{RequeueAfter: 10 * time.Millisecond}, nil
 		}
 	}
+	return r.stopFailed(s, policy, reason)
+}
+
+// restoreFailedCluster carries out the RollbackFailed policy: the failed cluster alone goes
+// back to its pre-change snapshot and the release before, then the rollout stops as Failed.
+// No other cluster starts meanwhile.
+func (r *RolloutReconciler) restoreFailedCluster(ctx context.Context, s *scope, c *v1alpha1.ClusterProgress) (ctrl.Result, error) {
+	why := ""
+	if rev := s.revision(); rev != nil {
+		why = rev.Reason + "; "
+	}
+	switch c.Phase {
+	case v1alpha1.ClusterRolledBack:
+		return r.stopFailed(s, v1alpha1.FailurePolicyRollbackFailed, fmt.Sprintf("%scluster %s %s", why, c.Cluster, c.Message))
+	case v1alpha1.ClusterFailed:
+		return r.stopFailed(s, v1alpha1.FailurePolicyRollbackFailed, fmt.Sprintf("%sthe restore of cluster %s failed at %s: %s", why, c.Cluster, c.Step, c.Message))
+	}
+	// The steps after the restore apply and record the release the cluster goes back to.
+	rel, objs, err := release.Load(ctx, r.APIReader, s.ro.Namespace, c.ToRelease)
+	if err != nil {
+		return r.stall(s, err)
+	}
+	s.rel, s.objs = rel, objs
+	after, err := r.advance(ctx, s, c.Cluster)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: max(after, 10*time.Millisecond)}, nil
+}
+
+// stopFailed ends a failed revision: the rollout stays where it is, Stalled, for a person.
+func (r *RolloutReconciler) stopFailed(s *scope, policy, reason string) (ctrl.Result, error) {
+	ro := s.ro
+	now := metav1.NewTime(r.now())
 	ro.Status.Phase = v1alpha1.RolloutFailed
-	if rev != nil && rev.FinishedAt == nil {
+	if rev := s.revision(); rev != nil && rev.FinishedAt == nil {
 		rev.FinishedAt, rev.Outcome, rev.Reason = &now, "Failed", reason
 	}
 	meta.SetStatusCondition(&ro.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionStalled, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonHealthGateFailed, Message: reason, ObservedGeneration: ro.Generation})

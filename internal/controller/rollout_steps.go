@@ -383,15 +383,16 @@ func (r *RolloutReconciler) restoreCluster(ctx context.Context, s *scope, c *v1a
 	if err != nil {
 		return terminalf("snapshot %s cannot be restored: %v", c.Snapshot, err)
 	}
-	// The release installed now (being rolled back from): its Deployments are quiesced.
+	// The release installed now (being rolled back from; the record may still name an
+	// earlier one if the change failed before its Record step): its Deployments are quiesced.
 	var current []*unstructured.Unstructured
-	if rec, err := member.ReadRecord(ctx, mc.client, s.ro.Spec.Operator); err == nil && rec != nil && rec.Release != s.ro.Spec.Release {
+	if rec, err := member.ReadRecord(ctx, mc.client, s.ro.Spec.Operator); err == nil && rec != nil && rec.Release != c.ToRelease {
 		if _, objs, err := release.Load(ctx, r.APIReader, s.ro.Namespace, rec.Release); err == nil {
 			current = objs
 		}
 	}
-	if prev := s.ro.Status.PreviousRelease; prev != "" && prev != s.ro.Spec.Release {
-		if _, objs, err := release.Load(ctx, r.APIReader, s.ro.Namespace, prev); err == nil {
+	if from := c.FromRelease; from != "" && from != c.ToRelease {
+		if _, objs, err := release.Load(ctx, r.APIReader, s.ro.Namespace, from); err == nil {
 			current = append(current, objs...)
 		}
 	}

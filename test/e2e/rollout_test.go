@@ -9,12 +9,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -24,6 +26,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/cli"
@@ -435,22 +438,7 @@ func TestWave2FailsRollsBackWave1Too(t *testing.T) {
 	f.waitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
 	f.populate()
 	// member2's node is marked, so mysql-b-picky's operator never schedules there only.
-	node := &corev1.Node{}
-	m2 := memberClient(t, env.Members[1])
-	if err := m2.Get(t.Context(), client.ObjectKey{Name: "kwok-node-0"}, node); err != nil {
-		t.Fatal(err)
-	}
-	node.Labels["rewind.dev/broken"] = "true"
-	if err := m2.Update(t.Context(), node); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		n := &corev1.Node{}
-		if err := m2.Get(context.Background(), client.ObjectKey{Name: "kwok-node-0"}, n); err == nil {
-			delete(n.Labels, "rewind.dev/broken")
-			_ = m2.Update(context.Background(), n)
-		}
-	})
+	markNode(t)
 	f.setRelease("mysql-b-picky", func(s *v1alpha1.RolloutSpec) {
 		s.HealthGates.Timeout = &metav1.Duration{Duration: 8 * time.Second}
 	})
@@ -467,13 +455,7 @@ func TestWave2FailsRollsBackWave1Too(t *testing.T) {
 	// Wave 1's member1 was rolled back too.
 	f.assertEqualsSnapshot(env.Members[0], snaps["member1"])
 	f.assertEqualsSnapshot(env.Members[1], snaps["member2"])
-	dep := &unstructured.Unstructured{}
-	dep.SetAPIVersion("apps/v1")
-	dep.SetKind("Deployment")
-	if err := memberClient(t, env.Members[0]).Get(t.Context(), client.ObjectKey{Namespace: f.opNS, Name: "mysql-operator"}, dep); err != nil {
-		t.Fatal(err)
-	}
-	if img := dep.Object["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)["image"]; img != operatorImage("1.0.0") {
+	if img := f.operatorImageOn(env.Members[0]); img != operatorImage("1.0.0") {
 		t.Errorf("member1 runs %v after the rollback, want A's image", img)
 	}
 }
@@ -617,5 +599,205 @@ func TestApprovalPauseAndResume(t *testing.T) {
 		if rec := f.record(m); rec == nil || rec.Release != "mysql-a" {
 			t.Errorf("%s record %+v, want mysql-a", m.Name, rec)
 		}
+	}
+}
+
+// markNode labels member2's node so mysql-b-picky's operator never schedules there (until the
+// test ends).
+func markNode(t *testing.T) {
+	t.Helper()
+	node := &corev1.Node{}
+	m2 := memberClient(t, env.Members[1])
+	if err := m2.Get(t.Context(), client.ObjectKey{Name: "kwok-node-0"}, node); err != nil {
+		t.Fatal(err)
+	}
+	node.Labels["rewind.dev/broken"] = "true"
+	if err := m2.Update(t.Context(), node); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		n := &corev1.Node{}
+		if err := m2.Get(context.Background(), client.ObjectKey{Name: "kwok-node-0"}, n); err == nil {
+			delete(n.Labels, "rewind.dev/broken")
+			_ = m2.Update(context.Background(), n)
+		}
+	})
+}
+
+// operatorImageOn returns the image the operator Deployment of the fleet runs on a member.
+func (f *fleet) operatorImageOn(m *testbed.Cluster) string {
+	f.t.Helper()
+	dep := &unstructured.Unstructured{}
+	dep.SetAPIVersion("apps/v1")
+	dep.SetKind("Deployment")
+	if err := memberClient(f.t, m).Get(f.t.Context(), client.ObjectKey{Namespace: f.opNS, Name: "mysql-operator"}, dep); err != nil {
+		f.t.Fatal(err)
+	}
+	containers, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers")
+	img, _, _ := unstructured.NestedString(containers[0].(map[string]any), "image")
+	return img
+}
+
+// events returns the reasons and notes of the events about the rollout.
+func (f *fleet) events() map[string]string {
+	f.t.Helper()
+	var evs eventsv1.EventList
+	if err := hub(f.t).List(f.t.Context(), &evs, client.InNamespace(f.ns)); err != nil {
+		f.t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, e := range evs.Items {
+		if e.Regarding.Kind == "Rollout" && e.Regarding.Name == f.name {
+			out[e.Reason] += e.Note + "\n"
+		}
+	}
+	return out
+}
+
+// metric sums the samples (counter values, or histogram counts) of a metric family whose
+// labels include the given ones, from the controller's Prometheus registry.
+func metric(t *testing.T, name string, labels map[string]string) float64 {
+	t.Helper()
+	fams, err := crmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, fam := range fams {
+		if fam.GetName() != name {
+			continue
+		}
+	samples:
+		for _, m := range fam.GetMetric() {
+			for k, v := range labels {
+				found := false
+				for _, l := range m.GetLabel() {
+					found = found || (l.GetName() == k && l.GetValue() == v)
+				}
+				if !found {
+					continue samples
+				}
+			}
+			switch {
+			case m.GetCounter() != nil:
+				sum += m.GetCounter().GetValue()
+			case m.GetHistogram() != nil:
+				sum += float64(m.GetHistogram().GetSampleCount())
+			case m.GetGauge() != nil:
+				sum += m.GetGauge().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+// TestFailurePolicies runs a wave-2 failure (member2 only) under the two policies that do
+// not roll everything back. Wave 2 takes one cluster at a time, member2 first, so member3 is
+// still Pending when member2 fails.
+func TestFailurePolicies(t *testing.T) {
+	for _, policy := range []string{v1alpha1.FailurePolicyRollbackFailed, v1alpha1.FailurePolicyPause} {
+		t.Run(policy, func(t *testing.T) {
+			waves := waves2()
+			waves[1].MaxConcurrency = 1
+			f := newFleet(t, waves)
+			startManager(t, nil)
+			f.waitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
+			f.populate()
+			markNode(t)
+			clusterRollbacks := metric(t, "rewind_cluster_phase_transitions_total", map[string]string{"reason": "ClusterRollback"})
+			restores := metric(t, "rewind_restore_duration_seconds", nil)
+			f.setRelease("mysql-b-picky", func(s *v1alpha1.RolloutSpec) {
+				s.FailurePolicy = policy
+				s.HealthGates.Timeout = &metav1.Duration{Duration: 8 * time.Second}
+			})
+			ro := f.waitPhase("mysql-b-picky", v1alpha1.RolloutFailed, 3*time.Minute)
+
+			stalled := meta.FindStatusCondition(ro.Status.Conditions, v1alpha1.ConditionStalled)
+			if stalled == nil || stalled.Status != metav1.ConditionTrue || !strings.Contains(stalled.Message, "member2") {
+				t.Errorf("a failed rollout must be Stalled, naming member2: %+v", stalled)
+			}
+			if ro.Spec.Release != "mysql-b-picky" {
+				t.Errorf("%s must not set spec.release back, got %s", policy, ro.Spec.Release)
+			}
+			phases := map[string]string{}
+			for _, c := range ro.Status.Clusters {
+				phases[c.Cluster] = c.Phase
+			}
+			wantMember2 := v1alpha1.ClusterFailed
+			if policy == v1alpha1.FailurePolicyRollbackFailed {
+				wantMember2 = v1alpha1.ClusterRolledBack
+			}
+			want := map[string]string{"member1": v1alpha1.ClusterSucceeded, "member2": wantMember2, "member3": v1alpha1.ClusterPending}
+			if !reflect.DeepEqual(phases, want) {
+				t.Errorf("cluster phases %v, want %v", phases, want)
+			}
+			wantDone := "1/3"
+			if policy == v1alpha1.FailurePolicyRollbackFailed {
+				wantDone = "2/3"
+			}
+			if ro.Status.ClustersDone != wantDone {
+				t.Errorf("status.clustersDone %q, want %q", ro.Status.ClustersDone, wantDone)
+			}
+			rev := ro.Status.History[len(ro.Status.History)-1]
+			if rev.Release != "mysql-b-picky" || rev.Outcome != "Failed" || !strings.Contains(rev.Reason, "member2") {
+				t.Errorf("the revision must be recorded as Failed because of member2: %+v", rev)
+			}
+
+			// member1 keeps the new release: neither policy touches a cluster that passed.
+			if img := f.operatorImageOn(env.Members[0]); img != operatorImage("2.0.2") {
+				t.Errorf("member1 runs %s, want mysql-b-picky's image", img)
+			}
+			if rec := f.record(env.Members[0]); rec == nil || rec.Release != "mysql-b-picky" {
+				t.Errorf("member1 record %+v, want mysql-b-picky", rec)
+			}
+			// member3 never started.
+			if img := f.operatorImageOn(env.Members[2]); img != operatorImage("1.0.0") {
+				t.Errorf("member3 runs %s, want mysql-a's image: wave 2 must stop at the failure", img)
+			}
+			evs := f.events()
+			switch policy {
+			case v1alpha1.FailurePolicyRollbackFailed:
+				// member2 alone is restored, exactly, to its pre-change snapshot.
+				snap := ""
+				for _, c := range ro.Status.Clusters {
+					if c.Cluster == "member2" {
+						snap = c.Snapshot
+					}
+				}
+				if snap == "" {
+					t.Fatalf("member2 has no pre-change snapshot: %+v", ro.Status.Clusters)
+				}
+				f.assertEqualsSnapshot(env.Members[1], snap)
+				if img := f.operatorImageOn(env.Members[1]); img != operatorImage("1.0.0") {
+					t.Errorf("member2 runs %s after its restore, want mysql-a's image", img)
+				}
+				if rec := f.record(env.Members[1]); rec == nil || rec.Release != "mysql-a" {
+					t.Errorf("member2 record %+v, want mysql-a", rec)
+				}
+				if !strings.Contains(evs["ClusterRollback"], "member2") {
+					t.Errorf("no ClusterRollback event naming member2: %v", evs)
+				}
+				if got := metric(t, "rewind_cluster_phase_transitions_total", map[string]string{"reason": "ClusterRollback"}); got != clusterRollbacks+1 {
+					t.Errorf("rewind_cluster_phase_transitions_total{reason=ClusterRollback} went from %v to %v, want +1", clusterRollbacks, got)
+				}
+				if got := metric(t, "rewind_restore_duration_seconds", nil); got < restores+1 {
+					t.Errorf("rewind_restore_duration_seconds counted %v restores, had %v before: want at least one more", got, restores)
+				}
+			case v1alpha1.FailurePolicyPause:
+				// member2 stays as the failure left it, for a person to look at.
+				if img := f.operatorImageOn(env.Members[1]); img != operatorImage("2.0.2") {
+					t.Errorf("member2 runs %s, want mysql-b-picky's image left in place", img)
+				}
+				if _, ok := evs["ClusterRollback"]; ok {
+					t.Errorf("Pause must not restore a cluster: %v", evs)
+				}
+				if got := metric(t, "rewind_restore_duration_seconds", nil); got != restores {
+					t.Errorf("Pause ran a restore: rewind_restore_duration_seconds went from %v to %v", restores, got)
+				}
+			}
+			if !strings.Contains(evs["Failed"], "failure policy "+policy) {
+				t.Errorf("no Failed event naming the policy: %v", evs)
+			}
+		})
 	}
 }
