@@ -23,21 +23,26 @@ const (
 
 // Condition reasons.
 const (
-	ReasonSucceeded          = "Succeeded"
-	ReasonProgressing        = "Progressing"
-	ReasonConnected          = "Connected"
-	ReasonKubeconfigInvalid  = "KubeconfigInvalid"
-	ReasonSecretNotFound     = "KubeconfigSecretNotFound"
-	ReasonUnreachable        = "Unreachable"
-	ReasonStored             = "Stored"
-	ReasonHealthGateFailed   = "HealthGateFailed"
-	ReasonPrecheckFailed     = "PrecheckFailed"
-	ReasonRetriesExhausted   = "RetriesExhausted"
-	ReasonManualRollback     = "ManualRollback"
-	ReasonAutomaticRollback  = "AutomaticRollback"
-	ReasonPaused             = "Paused"
-	ReasonAwaitingApproval   = "AwaitingApproval"
-	ReasonReleaseNotFound    = "ReleaseNotFound"
-	ReasonChecksumMismatch   = "ChecksumMismatch"
-	ReasonPayloadUnavailable = "PayloadUnavailable"
+	ReasonSucceeded         = "Succeeded"
+	ReasonProgressing       = "Progressing"
+	ReasonConnected         = "Connected"
+	ReasonKubeconfigInvalid = "KubeconfigInvalid"
+	ReasonSecretNotFound    = "KubeconfigSecretNotFound"
+	ReasonUnreachable       = "Unreachable"
+	ReasonStored            = "Stored"
+	ReasonHealthGateFailed  = "HealthGateFailed"
+	ReasonPrecheckFailed    = "PrecheckFailed"
+	ReasonRetriesExhausted  = "RetriesExhausted"
+	// ReasonStepFailed: a per-cluster step failed for good (see the message).
+	ReasonStepFailed = "StepFailed"
+	// ReasonFailedClusterRestored: failure policy RollbackFailed restored the failed cluster
+	// and stopped the rollout.
+	ReasonFailedClusterRestored = "FailedClusterRestored"
+	ReasonManualRollback        = "ManualRollback"
+	ReasonAutomaticRollback     = "AutomaticRollback"
+	ReasonPaused                = "Paused"
+	ReasonAwaitingApproval      = "AwaitingApproval"
+	ReasonReleaseNotFound       = "ReleaseNotFound"
+	ReasonChecksumMismatch      = "ChecksumMismatch"
+	ReasonPayloadUnavailable    = "PayloadUnavailable"
 )

@@ -205,6 +205,10 @@ type ClusterProgress struct {
 	// attempt counts tries of the current step.
 	// +optional
 	Attempt int32 `json:"attempt,omitempty"`
+	// nextAttemptAt is when the step is tried again after a failed attempt (exponential
+	// backoff: 1s, 2s, 4s, ... up to 30s).
+	// +optional
+	NextAttemptAt *metav1.Time `json:"nextAttemptAt,omitempty"`
 	// message explains the phase.
 	// +optional
 	Message string `json:"message,omitempty"`

@@ -88,6 +88,10 @@ func (in *ClusterProgress) DeepCopyInto(out *ClusterProgress) {
 		*out = make([]string, len(*in))
 		copy(*out, *in)
 	}
+	if in.NextAttemptAt != nil {
+		in, out := &in.NextAttemptAt, &out.NextAttemptAt
+		*out = (*in).DeepCopy()
+	}
 	if in.StartedAt != nil {
 		in, out := &in.StartedAt, &out.StartedAt
 		*out = (*in).DeepCopy()

@@ -205,7 +205,7 @@ func (r *RolloutReconciler) reconcile(ctx context.Context, s *scope) (ctrl.Resul
 		}
 		c.Step = firstStep(c.Path)
 		now := metav1.NewTime(r.now())
-		c.StartedAt, c.StepStartedAt, c.Attempt = &now, &now, 0
+		c.StartedAt, c.StepStartedAt, c.Attempt, c.NextAttemptAt = &now, &now, 0, nil
 		r.event(s, "Normal", "ClusterStarted", "%s: %s %s -> %s", name, c.Path, dash(c.FromRelease), c.ToRelease)
 		d.Advance = append(d.Advance, name)
 	}
@@ -524,19 +524,33 @@ func (r *RolloutReconciler) onFailure(ctx context.Context, s *scope, failed stri
 	case v1alpha1.FailurePolicyRollbackFailed:
 		if c.Path == v1alpha1.PathUpgrade && c.Snapshot != "" && changed(*c) {
 			// Restore only this cluster, within this revision (restoreFailedCluster), then stop.
+			condReason := failureReason(c)
 			if rev != nil {
 				rev.Reason = reason
 			}
 			c.Path, c.Phase, c.Step, c.RestoreSteps = v1alpha1.PathRestore, v1alpha1.ClusterRollingBack, StepRestore, nil
 			c.FromRelease, c.ToRelease = ro.Status.CurrentRelease, ro.Status.PreviousRelease
-			c.StepStartedAt, c.Attempt, c.FinishedAt = &now, 0, nil
+			c.StepStartedAt, c.Attempt, c.NextAttemptAt, c.FinishedAt = &now, 0, nil, nil
 			c.Message = reason + "; restoring it to " + ro.Status.PreviousRelease
 			r.event(s, "Warning", "ClusterRollback", "%s", c.Message)
-			r.setPhase(s, v1alpha1.RolloutRollingBack, v1alpha1.ReasonHealthGateFailed, c.Message)
+			r.setPhase(s, v1alpha1.RolloutRollingBack, condReason, c.Message)
 			return ctrl.Result{RequeueAfter: 10 * time.Millisecond}, nil
 		}
 	}
-	return r.stopFailed(s, policy, reason)
+	return r.stopFailed(s, policy, failureReason(c), reason)
+}
+
+// failureReason is the condition reason for a failed cluster.
+func failureReason(c *v1alpha1.ClusterProgress) string {
+	switch {
+	case c.Attempt >= MaxAttempts:
+		return v1alpha1.ReasonRetriesExhausted
+	case c.Step == StepHealthGate:
+		return v1alpha1.ReasonHealthGateFailed
+	case c.Step == StepPrecheck:
+		return v1alpha1.ReasonPrecheckFailed
+	}
+	return v1alpha1.ReasonStepFailed
 }
 
 // restoreFailedCluster carries out the RollbackFailed policy: the failed cluster alone goes
@@ -549,9 +563,9 @@ func (r *RolloutReconciler) restoreFailedCluster(ctx context.Context, s *scope, 
 	}
 	switch c.Phase {
 	case v1alpha1.ClusterRolledBack:
-		return r.stopFailed(s, v1alpha1.FailurePolicyRollbackFailed, fmt.Sprintf("%scluster %s %s", why, c.Cluster, c.Message))
+		return r.stopFailed(s, v1alpha1.FailurePolicyRollbackFailed, v1alpha1.ReasonFailedClusterRestored, fmt.Sprintf("%scluster %s %s", why, c.Cluster, c.Message))
 	case v1alpha1.ClusterFailed:
-		return r.stopFailed(s, v1alpha1.FailurePolicyRollbackFailed, fmt.Sprintf("%sthe restore of cluster %s failed at %s: %s", why, c.Cluster, c.Step, c.Message))
+		return r.stopFailed(s, v1alpha1.FailurePolicyRollbackFailed, failureReason(c), fmt.Sprintf("%sthe restore of cluster %s failed at %s: %s", why, c.Cluster, c.Step, c.Message))
 	}
 	// The steps after the restore apply and record the release the cluster goes back to.
 	rel, objs, err := release.Load(ctx, r.APIReader, s.ro.Namespace, c.ToRelease)
@@ -567,16 +581,16 @@ func (r *RolloutReconciler) restoreFailedCluster(ctx context.Context, s *scope, 
 }
 
 // stopFailed ends a failed revision: the rollout stays where it is, Stalled, for a person.
-func (r *RolloutReconciler) stopFailed(s *scope, policy, reason string) (ctrl.Result, error) {
+func (r *RolloutReconciler) stopFailed(s *scope, policy, condReason, reason string) (ctrl.Result, error) {
 	ro := s.ro
 	now := metav1.NewTime(r.now())
 	ro.Status.Phase = v1alpha1.RolloutFailed
 	if rev := s.revision(); rev != nil && rev.FinishedAt == nil {
 		rev.FinishedAt, rev.Outcome, rev.Reason = &now, "Failed", reason
 	}
-	meta.SetStatusCondition(&ro.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionStalled, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonHealthGateFailed, Message: reason, ObservedGeneration: ro.Generation})
-	meta.SetStatusCondition(&ro.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonHealthGateFailed, Message: reason, ObservedGeneration: ro.Generation})
-	meta.SetStatusCondition(&ro.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonHealthGateFailed, Message: reason, ObservedGeneration: ro.Generation})
+	meta.SetStatusCondition(&ro.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionStalled, Status: metav1.ConditionTrue, Reason: condReason, Message: reason, ObservedGeneration: ro.Generation})
+	meta.SetStatusCondition(&ro.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: condReason, Message: reason, ObservedGeneration: ro.Generation})
+	meta.SetStatusCondition(&ro.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionFalse, Reason: condReason, Message: reason, ObservedGeneration: ro.Generation})
 	r.event(s, "Warning", "Failed", "%s (failure policy %s)", reason, policy)
 	return ctrl.Result{}, nil
 }

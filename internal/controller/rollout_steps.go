@@ -116,6 +116,13 @@ func (r *RolloutReconciler) advance(ctx context.Context, s *scope, name string) 
 	if c.Step == StepDone {
 		return 0, nil
 	}
+	// A failed attempt waits out its backoff, however often the Rollout is reconciled meanwhile
+	// (every status write triggers a reconcile).
+	if c.NextAttemptAt != nil {
+		if wait := c.NextAttemptAt.Sub(r.now()); wait > 0 {
+			return wait, nil
+		}
+	}
 	// Record the step (and a fresh snapshot name) before any long work.
 	if c.Step == StepSnapshot && c.Snapshot == "" {
 		c.Snapshot = fmt.Sprintf("%s-%s-r%d", s.ro.Name, name, s.ro.Status.Revision)
@@ -147,14 +154,17 @@ func (r *RolloutReconciler) advance(ctx context.Context, s *scope, name string) 
 		r.failCluster(s, c, c.Message)
 		return 10 * time.Millisecond, nil
 	}
-	backoff := time.Duration(math.Pow(2, float64(c.Attempt))) * 500 * time.Millisecond
-	return min(backoff, 30*time.Second), nil
+	backoff := min(time.Duration(math.Pow(2, float64(c.Attempt)))*500*time.Millisecond, 30*time.Second)
+	// Rounded up to the second, as status times are stored: the wait is never shorter.
+	next := metav1.NewTime(r.now().Add(backoff).Truncate(time.Second).Add(time.Second))
+	c.NextAttemptAt = &next
+	return backoff, nil
 }
 
 func (r *RolloutReconciler) stepDone(s *scope, c *v1alpha1.ClusterProgress) {
 	next := nextStep(c.Path, c.Step)
 	now := metav1.NewTime(r.now())
-	c.Step, c.StepStartedAt, c.Attempt = next, &now, 0
+	c.Step, c.StepStartedAt, c.Attempt, c.NextAttemptAt = next, &now, 0, nil
 	if next == StepDone {
 		c.FinishedAt = &now
 		if c.Phase == v1alpha1.ClusterRollingBack {
@@ -176,7 +186,7 @@ func (r *RolloutReconciler) stepDone(s *scope, c *v1alpha1.ClusterProgress) {
 
 func (r *RolloutReconciler) failCluster(s *scope, c *v1alpha1.ClusterProgress, msg string) {
 	now := metav1.NewTime(r.now())
-	c.Phase, c.Message, c.FinishedAt = v1alpha1.ClusterFailed, msg, &now
+	c.Phase, c.Message, c.FinishedAt, c.NextAttemptAt = v1alpha1.ClusterFailed, msg, &now, nil
 	r.event(s, "Warning", "ClusterFailed", "%s: %s", c.Cluster, msg)
 }
 

@@ -801,3 +801,94 @@ func TestFailurePolicies(t *testing.T) {
 		})
 	}
 }
+
+// TestRetriesExhaustedStalls makes a step fail on every attempt (an admission policy on
+// member1 refuses the new operator Deployment): after MaxAttempts the cluster fails, the
+// rollout (failure policy Pause) is Stalled with reason RetriesExhausted, and once a person
+// removes the cause, `rewind rollback` brings member1 back.
+func TestRetriesExhaustedStalls(t *testing.T) {
+	f := newFleet(t, []v1alpha1.Wave{{Name: "one", Clusters: []string{"member1"}, MaxConcurrency: 1}})
+	startManager(t, nil)
+	f.waitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	f.populate()
+	m1 := memberClient(t, env.Members[0])
+	const denied = "operator version 2.0.0 is not allowed on this cluster"
+	policy := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+		"metadata": map[string]any{"name": "deny-2-0-0-" + f.ns},
+		"spec": map[string]any{
+			"failurePolicy": "Fail",
+			"matchConstraints": map[string]any{"resourceRules": []any{map[string]any{
+				"apiGroups": []any{"apps"}, "apiVersions": []any{"v1"}, "operations": []any{"CREATE", "UPDATE"}, "resources": []any{"deployments"}}}},
+			"validations": []any{map[string]any{
+				"expression": "!has(object.metadata.labels) || !('version' in object.metadata.labels) || object.metadata.labels['version'] != '2.0.0'",
+				"message":    denied}},
+		},
+	}}
+	binding := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+		"metadata": map[string]any{"name": "deny-2-0-0-" + f.ns},
+		"spec": map[string]any{"policyName": "deny-2-0-0-" + f.ns, "validationActions": []any{"Deny"},
+			"matchResources": map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": f.opNS}}}},
+	}}
+	for _, o := range []*unstructured.Unstructured{policy, binding} {
+		if err := m1.Create(t.Context(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	removePolicy := func() {
+		for _, o := range []*unstructured.Unstructured{binding, policy} {
+			_ = m1.Delete(context.Background(), o)
+		}
+	}
+	t.Cleanup(removePolicy)
+	// The policy is enforced once the API server has compiled it: probe with a dry run.
+	probe := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apps/v1", "kind": "Deployment",
+		"metadata": map[string]any{"name": "probe", "namespace": f.opNS, "labels": map[string]any{"version": "2.0.0"}},
+		"spec": map[string]any{"selector": map[string]any{"matchLabels": map[string]any{"app": "probe"}},
+			"template": map[string]any{"metadata": map[string]any{"labels": map[string]any{"app": "probe"}},
+				"spec": map[string]any{"containers": []any{map[string]any{"name": "c", "image": "example.com/probe:1"}}}}},
+	}}
+	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		err := m1.Create(ctx, probe.DeepCopy(), client.DryRunAll)
+		return err != nil && strings.Contains(err.Error(), denied), nil
+	})
+	if err != nil {
+		t.Fatalf("the admission policy is not enforced: %v", err)
+	}
+
+	f.setRelease("mysql-b", func(s *v1alpha1.RolloutSpec) { s.FailurePolicy = v1alpha1.FailurePolicyPause })
+	ro := f.waitPhase("mysql-b", v1alpha1.RolloutFailed, 3*time.Minute)
+	c := ro.Status.Clusters[0]
+	if c.Phase != v1alpha1.ClusterFailed || c.Step != controller.StepApplyWorkloads || c.Attempt != controller.MaxAttempts {
+		t.Errorf("member1 must fail at %s after %d attempts: %+v", controller.StepApplyWorkloads, controller.MaxAttempts, c)
+	}
+	// The attempts waited out their backoff (1s, 2s, 4s, 8s) although every attempt wrote the
+	// status, which triggers a reconcile (status times have one-second precision).
+	if c.StepStartedAt == nil || c.FinishedAt == nil {
+		t.Errorf("member1 has no step start or finish time: %+v", c)
+	} else if took := c.FinishedAt.Sub(c.StepStartedAt.Time); took < 14*time.Second {
+		t.Errorf("%d attempts took %v: the backoff (1s, 2s, 4s, 8s) was not honoured", controller.MaxAttempts, took)
+	}
+	stalled := meta.FindStatusCondition(ro.Status.Conditions, v1alpha1.ConditionStalled)
+	if stalled == nil || stalled.Status != metav1.ConditionTrue || stalled.Reason != v1alpha1.ReasonRetriesExhausted ||
+		!strings.Contains(stalled.Message, fmt.Sprintf("attempt %d of %d", controller.MaxAttempts, controller.MaxAttempts)) || !strings.Contains(stalled.Message, denied) {
+		t.Errorf("Stalled must say the retries ran out and why: %+v", stalled)
+	}
+	if out := rewind(t, f.ns, "rollout", "status", f.name); !strings.Contains(out, denied) {
+		t.Errorf("rollout status must show the cause:\n%s", out)
+	}
+
+	// A person removes the cause and rolls back.
+	removePolicy()
+	rewind(t, f.ns, "rollback", f.name)
+	ro = f.waitPhase("mysql-a", v1alpha1.RolloutRolledBack, 3*time.Minute)
+	if s := meta.FindStatusCondition(ro.Status.Conditions, v1alpha1.ConditionStalled); s != nil {
+		t.Errorf("the rollback must clear Stalled: %+v", s)
+	}
+	if rec := f.record(env.Members[0]); rec == nil || rec.Release != "mysql-a" {
+		t.Errorf("member1 record %+v, want mysql-a", rec)
+	}
+	f.assertEqualsSnapshot(env.Members[0], c.Snapshot)
+}
