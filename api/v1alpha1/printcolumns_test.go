@@ -45,11 +45,16 @@ func table(t *testing.T, resource, ns, name string) *metav1.Table {
 	return tab
 }
 
-// columns returns the table's cells by column name, as kubectl prints them (Age aside).
+// columns returns the table's column names (those of the wide view marked "+wide") and its
+// cells by column name (Age aside).
 func columns(tab *metav1.Table) (names []string, cells map[string]string) {
 	cells = map[string]string{}
 	for i, c := range tab.ColumnDefinitions {
-		names = append(names, c.Name)
+		if c.Priority > 0 {
+			names = append(names, c.Name+" +wide")
+		} else {
+			names = append(names, c.Name)
+		}
 		if c.Name != "Age" {
 			cells[c.Name] = fmt.Sprint(tab.Rows[0].Cells[i])
 		}
@@ -119,14 +124,14 @@ func TestPrinterColumns(t *testing.T) {
 			map[string]string{"Name": "printed", "Operator": "mysql-operator", "Release": "mysql-v2", "Phase": v1alpha1.RolloutProgressing,
 				"Wave": "1", "Ready": "False", "Clusters": "1/2"}},
 		{"snapshots", ns, snap.Name, snap,
-			[]string{"Name", "Cluster", "Operator", "Release", "CRs", "Bytes", "Checksum", "Age"},
+			[]string{"Name", "Cluster", "Operator", "Release", "CRs", "Bytes +wide", "Checksum +wide", "Age"},
 			map[string]string{"Name": snap.Name, "Cluster": "member1", "Operator": "mysql-operator", "Release": "mysql-v1",
 				"CRs": "42", "Bytes": "12345", "Checksum": "sha256:abc"}},
 		{"memberclusters", "", mc.Name, mc,
-			[]string{"Name", "Reachable", "Version", "Cluster ID", "Message", "Age"},
+			[]string{"Name", "Reachable", "Version", "Cluster ID +wide", "Message +wide", "Age"},
 			map[string]string{"Name": mc.Name, "Reachable": "True", "Version": "v1.37.2", "Cluster ID": "uid-1", "Message": "ok"}},
 		{"operatorreleases", ns, rel.Name, rel,
-			[]string{"Name", "Operator", "Version", "Image", "Source", "Digest", "Age"},
+			[]string{"Name", "Operator", "Version", "Image +wide", "Source", "Digest +wide", "Age"},
 			map[string]string{"Name": rel.Name, "Operator": "mysql-operator", "Version": "1.2.3", "Image": rel.Spec.Image,
 				"Source": v1alpha1.SourceManifests, "Digest": digest}},
 	}

@@ -273,8 +273,8 @@ type RolloutStatus struct {
 	// bakeStartedAt is when the current wave finished and its bake time began.
 	// +optional
 	BakeStartedAt *metav1.Time `json:"bakeStartedAt,omitempty"`
-	// clustersDone is "N/M": N of the M targeted clusters of the current revision finished
-	// without failing (Succeeded or RolledBack). For `kubectl get`.
+	// clustersDone is "N/M": N of the M targeted clusters reached the current revision's goal
+	// (Succeeded, or RolledBack in a rollback). For `kubectl get`.
 	// +optional
 	ClustersDone string `json:"clustersDone,omitempty"`
 	// clusters is the per-cluster journal.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -84,7 +85,7 @@ type scope struct {
 
 // patch writes the status if it changed.
 func (s *scope) patch(ctx context.Context) error {
-	s.ro.Status.ClustersDone = clustersDone(s.ro.Status.Clusters)
+	s.ro.Status.ClustersDone = clustersDone(s.ro.Status.Clusters, s.isRollback())
 	if equalStatus(s.base, s.ro) {
 		return nil
 	}
@@ -95,11 +96,12 @@ func (s *scope) patch(ctx context.Context) error {
 	return nil
 }
 
-// clustersDone counts the clusters that finished without failing, as "N/M".
-func clustersDone(cs []v1alpha1.ClusterProgress) string {
+// clustersDone counts the clusters that reached the revision's goal, as "N/M": Succeeded,
+// or RolledBack in a rollback (a cluster RollbackFailed restored did not reach the goal).
+func clustersDone(cs []v1alpha1.ClusterProgress, rollback bool) string {
 	done := 0
 	for _, c := range cs {
-		if c.Phase == v1alpha1.ClusterSucceeded || c.Phase == v1alpha1.ClusterRolledBack {
+		if c.Phase == v1alpha1.ClusterSucceeded || (rollback && c.Phase == v1alpha1.ClusterRolledBack) {
 			done++
 		}
 	}
@@ -127,29 +129,16 @@ func (s *scope) revision() *v1alpha1.Revision {
 	return &h[len(h)-1]
 }
 
-// isRollback says whether the current revision returns to an earlier release.
 // isRollback says whether the revision is a rollback: its clusters return to snapshots taken
-// under the release it rolls out. A restore of one failed cluster inside an upgrade
-// (failure policy RollbackFailed) targets the previous release instead and does not count.
+// under the release it rolls out. The restore of a failed cluster inside an upgrade (failure
+// policy RollbackFailed) targets the previous release instead and does not count.
 func (s *scope) isRollback() bool {
 	for _, c := range s.ro.Status.Clusters {
-		if c.Path == v1alpha1.PathRestore && c.ToRelease == s.ro.Status.CurrentRelease {
+		if c.Path == v1alpha1.PathRestore && !s.isFailedRestore(&c) {
 			return true
 		}
 	}
 	return false
-}
-
-// failedRestore returns the cluster the RollbackFailed policy restores, if any: a restore
-// path inside an upgrade revision, back to the release before it.
-func (s *scope) failedRestore() *v1alpha1.ClusterProgress {
-	for i := range s.ro.Status.Clusters {
-		c := &s.ro.Status.Clusters[i]
-		if c.Path == v1alpha1.PathRestore && c.ToRelease != s.ro.Status.CurrentRelease {
-			return c
-		}
-	}
-	return nil
 }
 
 func (r *RolloutReconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, error) {
@@ -173,8 +162,8 @@ func (r *RolloutReconciler) reconcile(ctx context.Context, s *scope) (ctrl.Resul
 	case v1alpha1.RolloutSucceeded, v1alpha1.RolloutRolledBack, v1alpha1.RolloutFailed:
 		return ctrl.Result{}, nil
 	}
-	if c := s.failedRestore(); c != nil {
-		return r.restoreFailedCluster(ctx, s, c)
+	if s.restoringFailed() {
+		return r.restoreFailedClusters(ctx, s)
 	}
 	rollback := s.isRollback()
 	d := Decide(&ro.Spec, &ro.Status, rollback)
@@ -264,6 +253,16 @@ func (r *RolloutReconciler) startRevision(ctx context.Context, s *scope) error {
 	var out []v1alpha1.ClusterProgress
 	for _, tc := range clusters {
 		c := v1alpha1.ClusterProgress{Cluster: tc.name, Wave: int32(tc.wave), Phase: v1alpha1.ClusterPending, ToRelease: ro.Spec.Release, Path: v1alpha1.PathUpgrade, FromRelease: prevRelease}
+		// A cluster the previous revision never started, or restored after its failure
+		// (RollbackFailed), still runs (or runs again) the release before it.
+		for _, p := range prevClusters {
+			if p.Cluster == tc.name && p.Phase == v1alpha1.ClusterPending {
+				c.FromRelease = p.FromRelease
+			}
+			if p.Cluster == tc.name && p.Phase == v1alpha1.ClusterRolledBack {
+				c.FromRelease = p.ToRelease
+			}
+		}
 		// Going back: a cluster the previous revision changed returns to the snapshot taken
 		// under the desired release before that change.
 		for _, p := range prevClusters {
@@ -493,7 +492,7 @@ func (r *RolloutReconciler) onFailure(ctx context.Context, s *scope, failed stri
 	if policy == "" {
 		policy = v1alpha1.FailurePolicyRollbackAll
 	}
-	if s.isRollback() || (policy == v1alpha1.FailurePolicyRollbackAll && ro.Status.PreviousRelease == "") {
+	if s.isRollback() || (policy != v1alpha1.FailurePolicyPause && ro.Status.PreviousRelease == "") {
 		policy = v1alpha1.FailurePolicyPause // nothing to roll back to, or the rollback itself failed
 	}
 	switch policy {
@@ -522,20 +521,10 @@ func (r *RolloutReconciler) onFailure(ctx context.Context, s *scope, failed stri
 		r.setPhase(s, v1alpha1.RolloutRollingBack, v1alpha1.ReasonAutomaticRollback, reason+"; rolling back to "+ro.Spec.Release)
 		return ctrl.Result{RequeueAfter: 10 * time.Millisecond}, nil
 	case v1alpha1.FailurePolicyRollbackFailed:
-		if c.Path == v1alpha1.PathUpgrade && c.Snapshot != "" && changed(*c) {
-			// Restore only this cluster, within this revision (restoreFailedCluster), then stop.
-			condReason := failureReason(c)
-			if rev != nil {
-				rev.Reason = reason
-			}
-			c.Path, c.Phase, c.Step, c.RestoreSteps = v1alpha1.PathRestore, v1alpha1.ClusterRollingBack, StepRestore, nil
-			c.FromRelease, c.ToRelease = ro.Status.CurrentRelease, ro.Status.PreviousRelease
-			c.StepStartedAt, c.Attempt, c.NextAttemptAt, c.FinishedAt = &now, 0, nil, nil
-			c.Message = reason + "; restoring it to " + ro.Status.PreviousRelease
-			r.event(s, "Warning", "ClusterRollback", "%s", c.Message)
-			r.setPhase(s, v1alpha1.RolloutRollingBack, condReason, c.Message)
-			return ctrl.Result{RequeueAfter: 10 * time.Millisecond}, nil
+		if rev != nil && rev.Reason == "" {
+			rev.Reason = reason
 		}
+		return r.restoreFailedClusters(ctx, s)
 	}
 	return r.stopFailed(s, policy, failureReason(c), reason)
 }
@@ -553,31 +542,103 @@ func failureReason(c *v1alpha1.ClusterProgress) string {
 	return v1alpha1.ReasonStepFailed
 }
 
-// restoreFailedCluster carries out the RollbackFailed policy: the failed cluster alone goes
-// back to its pre-change snapshot and the release before, then the rollout stops as Failed.
-// No other cluster starts meanwhile.
-func (r *RolloutReconciler) restoreFailedCluster(ctx context.Context, s *scope, c *v1alpha1.ClusterProgress) (ctrl.Result, error) {
+// isFailedRestore says whether a cluster is restored by the RollbackFailed policy: a restore
+// path inside an upgrade revision, back to the release before it.
+func (s *scope) isFailedRestore(c *v1alpha1.ClusterProgress) bool {
+	return c.Path == v1alpha1.PathRestore && c.ToRelease != s.ro.Status.CurrentRelease
+}
+
+// restoringFailed says whether the RollbackFailed policy is at work in this revision.
+func (s *scope) restoringFailed() bool {
+	for i := range s.ro.Status.Clusters {
+		if s.isFailedRestore(&s.ro.Status.Clusters[i]) {
+			return true
+		}
+	}
+	return false
+}
+
+// restoreFailedClusters carries out the RollbackFailed policy. No cluster starts any more;
+// clusters already in flight finish their upgrade; every cluster that failed after changing
+// anything goes back to its pre-change snapshot and the release before. Then the rollout
+// stops as Failed, the clusters that passed keeping the new release.
+func (r *RolloutReconciler) restoreFailedClusters(ctx context.Context, s *scope) (ctrl.Result, error) {
+	ro := s.ro
+	now := metav1.NewTime(r.now())
+	for i := range ro.Status.Clusters {
+		c := &ro.Status.Clusters[i]
+		if c.Phase != v1alpha1.ClusterFailed || c.Path != v1alpha1.PathUpgrade || c.Snapshot == "" || !changed(*c) {
+			continue
+		}
+		why := fmt.Sprintf("cluster %s failed at %s: %s", c.Cluster, c.Step, c.Message)
+		c.Path, c.Phase, c.Step, c.RestoreSteps = v1alpha1.PathRestore, v1alpha1.ClusterRollingBack, StepRestore, nil
+		c.FromRelease, c.ToRelease = ro.Status.CurrentRelease, ro.Status.PreviousRelease
+		c.StepStartedAt, c.Attempt, c.NextAttemptAt, c.FinishedAt = &now, 0, nil, nil
+		c.Message = why + "; restoring it to " + c.ToRelease
+		r.event(s, "Warning", "ClusterRollback", "%s", c.Message)
+	}
+	var moving, restored, failed []string
+	for _, c := range ro.Status.Clusters {
+		switch {
+		case active(c.Phase):
+			moving = append(moving, c.Cluster)
+		case s.isFailedRestore(&c) && c.Phase == v1alpha1.ClusterRolledBack:
+			restored = append(restored, c.Cluster)
+		case c.Phase == v1alpha1.ClusterFailed:
+			failed = append(failed, c.Cluster)
+		}
+	}
 	why := ""
-	if rev := s.revision(); rev != nil {
+	if rev := s.revision(); rev != nil && rev.Reason != "" {
 		why = rev.Reason + "; "
 	}
-	switch c.Phase {
-	case v1alpha1.ClusterRolledBack:
-		return r.stopFailed(s, v1alpha1.FailurePolicyRollbackFailed, v1alpha1.ReasonFailedClusterRestored, fmt.Sprintf("%scluster %s %s", why, c.Cluster, c.Message))
-	case v1alpha1.ClusterFailed:
-		return r.stopFailed(s, v1alpha1.FailurePolicyRollbackFailed, failureReason(c), fmt.Sprintf("%sthe restore of cluster %s failed at %s: %s", why, c.Cluster, c.Step, c.Message))
+	if len(moving) > 0 {
+		r.setPhase(s, v1alpha1.RolloutRollingBack, v1alpha1.ReasonProgressing,
+			fmt.Sprintf("%sfailure policy RollbackFailed: finishing %s", why, strings.Join(moving, ", ")))
+		upgrade, upgradeObjs := s.rel, s.objs
+		var requeue time.Duration
+		for _, name := range moving {
+			c := s.cluster(name)
+			s.rel, s.objs = upgrade, upgradeObjs
+			if s.isFailedRestore(c) {
+				// The steps after the restore apply and record the release it goes back to.
+				rel, objs, err := release.Load(ctx, r.APIReader, ro.Namespace, c.ToRelease)
+				if err != nil {
+					return r.stall(s, err)
+				}
+				s.rel, s.objs = rel, objs
+			}
+			after, err := r.advance(ctx, s, name)
+			if err != nil {
+				return ctrl.Result{}, err
+			}
+			if requeue == 0 || (after > 0 && after < requeue) {
+				requeue = after
+			}
+		}
+		s.rel, s.objs = upgrade, upgradeObjs
+		return ctrl.Result{RequeueAfter: max(requeue, 10*time.Millisecond)}, nil
 	}
-	// The steps after the restore apply and record the release the cluster goes back to.
-	rel, objs, err := release.Load(ctx, r.APIReader, s.ro.Namespace, c.ToRelease)
-	if err != nil {
-		return r.stall(s, err)
+	parts := []string{}
+	if len(restored) > 0 {
+		parts = append(parts, fmt.Sprintf("restored %s to %s", strings.Join(restored, ", "), ro.Status.PreviousRelease))
 	}
-	s.rel, s.objs = rel, objs
-	after, err := r.advance(ctx, s, c.Cluster)
-	if err != nil {
-		return ctrl.Result{}, err
+	// A failed restore outranks the rest; with nothing restored, the first failure says why.
+	condReason, failedRestore := v1alpha1.ReasonFailedClusterRestored, false
+	for _, name := range failed {
+		c := s.cluster(name)
+		what := "cluster"
+		if s.isFailedRestore(c) {
+			what = "the restore of cluster"
+		}
+		parts = append(parts, fmt.Sprintf("%s %s failed at %s: %s", what, name, c.Step, c.Message))
+		if s.isFailedRestore(c) && !failedRestore {
+			condReason, failedRestore = failureReason(c), true
+		} else if len(restored) == 0 && condReason == v1alpha1.ReasonFailedClusterRestored {
+			condReason = failureReason(c)
+		}
 	}
-	return ctrl.Result{RequeueAfter: max(after, 10*time.Millisecond)}, nil
+	return r.stopFailed(s, v1alpha1.FailurePolicyRollbackFailed, condReason, why+strings.Join(parts, "; "))
 }
 
 // stopFailed ends a failed revision: the rollout stays where it is, Stalled, for a person.

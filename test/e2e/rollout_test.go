@@ -638,18 +638,31 @@ func (f *fleet) operatorImageOn(m *testbed.Cluster) string {
 	return img
 }
 
-// events returns the reasons and notes of the events about the rollout.
-func (f *fleet) events() map[string]string {
+// events waits until the events about the rollout include the given reasons (they are
+// written asynchronously) and returns the notes by reason.
+func (f *fleet) events(reasons ...string) map[string]string {
 	f.t.Helper()
-	var evs eventsv1.EventList
-	if err := hub(f.t).List(f.t.Context(), &evs, client.InNamespace(f.ns)); err != nil {
-		f.t.Fatal(err)
-	}
 	out := map[string]string{}
-	for _, e := range evs.Items {
-		if e.Regarding.Kind == "Rollout" && e.Regarding.Name == f.name {
-			out[e.Reason] += e.Note + "\n"
+	err := wait.PollUntilContextTimeout(f.t.Context(), 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		var evs eventsv1.EventList
+		if err := hub(f.t).List(ctx, &evs, client.InNamespace(f.ns)); err != nil {
+			return false, err
 		}
+		out = map[string]string{}
+		for _, e := range evs.Items {
+			if e.Regarding.Kind == "Rollout" && e.Regarding.Name == f.name {
+				out[e.Reason] += e.Note + "\n"
+			}
+		}
+		for _, r := range reasons {
+			if _, ok := out[r]; !ok {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		f.t.Errorf("events about rollout %s: want reasons %v, have %v: %v", f.name, reasons, out, err)
 	}
 	return out
 }
@@ -692,13 +705,18 @@ func metric(t *testing.T, name string, labels map[string]string) float64 {
 }
 
 // TestFailurePolicies runs a wave-2 failure (member2 only) under the two policies that do
-// not roll everything back. Wave 2 takes one cluster at a time, member2 first, so member3 is
-// still Pending when member2 fails.
+// not roll everything back. Under Pause, wave 2 takes one cluster at a time, member2 first,
+// so member3 is still Pending when member2 fails. Under RollbackFailed, wave 2 takes both:
+// member3, in flight, finishes its upgrade while member2 alone is restored, and a new
+// release afterwards starts from what each cluster runs.
 func TestFailurePolicies(t *testing.T) {
 	for _, policy := range []string{v1alpha1.FailurePolicyRollbackFailed, v1alpha1.FailurePolicyPause} {
 		t.Run(policy, func(t *testing.T) {
 			waves := waves2()
 			waves[1].MaxConcurrency = 1
+			if policy == v1alpha1.FailurePolicyRollbackFailed {
+				waves[1].MaxConcurrency = 2
+			}
 			f := newFleet(t, waves)
 			startManager(t, nil)
 			f.waitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
@@ -723,20 +741,16 @@ func TestFailurePolicies(t *testing.T) {
 			for _, c := range ro.Status.Clusters {
 				phases[c.Cluster] = c.Phase
 			}
-			wantMember2 := v1alpha1.ClusterFailed
+			want := map[string]string{"member1": v1alpha1.ClusterSucceeded, "member2": v1alpha1.ClusterFailed, "member3": v1alpha1.ClusterPending}
+			wantDone := "1/3"
 			if policy == v1alpha1.FailurePolicyRollbackFailed {
-				wantMember2 = v1alpha1.ClusterRolledBack
+				want["member2"], want["member3"], wantDone = v1alpha1.ClusterRolledBack, v1alpha1.ClusterSucceeded, "2/3"
 			}
-			want := map[string]string{"member1": v1alpha1.ClusterSucceeded, "member2": wantMember2, "member3": v1alpha1.ClusterPending}
 			if !reflect.DeepEqual(phases, want) {
 				t.Errorf("cluster phases %v, want %v", phases, want)
 			}
-			wantDone := "1/3"
-			if policy == v1alpha1.FailurePolicyRollbackFailed {
-				wantDone = "2/3"
-			}
 			if ro.Status.ClustersDone != wantDone {
-				t.Errorf("status.clustersDone %q, want %q", ro.Status.ClustersDone, wantDone)
+				t.Errorf("status.clustersDone %q, want %s (the clusters that run the new release)", ro.Status.ClustersDone, wantDone)
 			}
 			rev := ro.Status.History[len(ro.Status.History)-1]
 			if rev.Release != "mysql-b-picky" || rev.Outcome != "Failed" || !strings.Contains(rev.Reason, "member2") {
@@ -750,11 +764,19 @@ func TestFailurePolicies(t *testing.T) {
 			if rec := f.record(env.Members[0]); rec == nil || rec.Release != "mysql-b-picky" {
 				t.Errorf("member1 record %+v, want mysql-b-picky", rec)
 			}
-			// member3 never started.
-			if img := f.operatorImageOn(env.Members[2]); img != operatorImage("1.0.0") {
-				t.Errorf("member3 runs %s, want mysql-a's image: wave 2 must stop at the failure", img)
+			if policy == v1alpha1.FailurePolicyPause {
+				// member3 never started.
+				if img := f.operatorImageOn(env.Members[2]); img != operatorImage("1.0.0") {
+					t.Errorf("member3 runs %s, want mysql-a's image: wave 2 must stop at the failure", img)
+				}
+			} else if img := f.operatorImageOn(env.Members[2]); img != operatorImage("2.0.2") {
+				t.Errorf("member3 runs %s, want mysql-b-picky's image: it was in flight and passed", img)
 			}
-			evs := f.events()
+			wantEvents := []string{"Failed"}
+			if policy == v1alpha1.FailurePolicyRollbackFailed {
+				wantEvents = append(wantEvents, "ClusterRollback")
+			}
+			evs := f.events(wantEvents...)
 			switch policy {
 			case v1alpha1.FailurePolicyRollbackFailed:
 				// member2 alone is restored, exactly, to its pre-change snapshot.
@@ -777,8 +799,8 @@ func TestFailurePolicies(t *testing.T) {
 				if !strings.Contains(evs["ClusterRollback"], "member2") {
 					t.Errorf("no ClusterRollback event naming member2: %v", evs)
 				}
-				if got := metric(t, "rewind_cluster_phase_transitions_total", map[string]string{"reason": "ClusterRollback"}); got != clusterRollbacks+1 {
-					t.Errorf("rewind_cluster_phase_transitions_total{reason=ClusterRollback} went from %v to %v, want +1", clusterRollbacks, got)
+				if got := metric(t, "rewind_cluster_phase_transitions_total", map[string]string{"reason": "ClusterRollback"}); got < clusterRollbacks+1 {
+					t.Errorf("rewind_cluster_phase_transitions_total{reason=ClusterRollback} went from %v to %v, want at least +1", clusterRollbacks, got)
 				}
 				if got := metric(t, "rewind_restore_duration_seconds", nil); got < restores+1 {
 					t.Errorf("rewind_restore_duration_seconds counted %v restores, had %v before: want at least one more", got, restores)
@@ -797,6 +819,18 @@ func TestFailurePolicies(t *testing.T) {
 			}
 			if !strings.Contains(evs["Failed"], "failure policy "+policy) {
 				t.Errorf("no Failed event naming the policy: %v", evs)
+			}
+			if policy != v1alpha1.FailurePolicyRollbackFailed {
+				return
+			}
+			// The next release starts from what each cluster runs: mysql-b-picky on member1 and
+			// member3, mysql-a again on member2 (its precheck expects mysql-a).
+			f.setRelease("mysql-b", nil)
+			f.waitPhase("mysql-b", v1alpha1.RolloutSucceeded, 3*time.Minute)
+			for _, m := range env.Members {
+				if rec := f.record(m); rec == nil || rec.Release != "mysql-b" {
+					t.Errorf("%s record %+v, want mysql-b", m.Name, rec)
+				}
 			}
 		})
 	}
