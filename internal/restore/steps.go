@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"reflect"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/pager"
 
 	"github.com/rewind-dev/rewind/internal/snapshot"
 )
@@ -83,45 +85,50 @@ func (r *restorer) listLive(ctx context.Context, gvr schema.GroupVersionResource
 // that hold only apiVersion, kind and metadata.
 func (r *restorer) listMeta(ctx context.Context, gvr schema.GroupVersionResource, gvk schema.GroupVersionKind) ([]*unstructured.Unstructured, error) {
 	var out []*unstructured.Unstructured
-	cont := ""
-	for {
-		l, err := r.meta.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 500, Continue: cont})
+	var convErr error
+	_, err := eachItem(ctx, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+		return r.meta.Resource(gvr).List(ctx, opts)
+	}, func(o runtime.Object) bool {
+		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&o.(*metav1.PartialObjectMetadata).ObjectMeta)
 		if err != nil {
-			return nil, err
+			convErr = err
+			return false
 		}
-		for i := range l.Items {
-			m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&l.Items[i].ObjectMeta)
-			if err != nil {
-				return nil, err
-			}
-			u := &unstructured.Unstructured{Object: map[string]any{"metadata": m}}
-			u.SetGroupVersionKind(gvk)
-			out = append(out, u)
-		}
-		if cont = l.GetContinue(); cont == "" {
-			return out, nil
-		}
-	}
+		u := &unstructured.Unstructured{Object: map[string]any{"metadata": m}}
+		u.SetGroupVersionKind(gvk)
+		out = append(out, u)
+		return true
+	})
+	return out, errors.Join(err, convErr)
 }
 
 // eachLive pages through every object of gvr (all namespaces) until fn returns false; it
 // reports whether it saw them all.
 func (r *restorer) eachLive(ctx context.Context, gvr schema.GroupVersionResource, fn func(*unstructured.Unstructured) bool) (bool, error) {
-	cont := ""
-	for {
-		l, err := r.dyn.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 500, Continue: cont})
-		if err != nil {
-			return false, err
+	return eachItem(ctx, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+		return r.dyn.Resource(gvr).List(ctx, opts)
+	}, func(o runtime.Object) bool { return fn(o.(*unstructured.Unstructured)) })
+}
+
+// errEnough stops a paged LIST early.
+var errEnough = errors.New("enough")
+
+// eachItem pages through a LIST (500 objects a page) until fn returns false; it reports
+// whether fn saw every item.
+func eachItem(ctx context.Context, list pager.ListPageFunc, fn func(runtime.Object) bool) (bool, error) {
+	p := pager.New(list)
+	p.PageSize = 500
+	p.PageBufferSize = 0 // fetch at most one page ahead, so that stopping early saves the rest
+	err := p.EachListItem(ctx, metav1.ListOptions{}, func(o runtime.Object) error {
+		if !fn(o) {
+			return errEnough
 		}
-		for i := range l.Items {
-			if !fn(&l.Items[i]) {
-				return false, nil
-			}
-		}
-		if cont = l.GetContinue(); cont == "" {
-			return true, nil
-		}
+		return nil
+	})
+	if errors.Is(err, errEnough) {
+		return false, nil
 	}
+	return err == nil, err
 }
 
 func nsName(u *unstructured.Unstructured) string { return u.GetNamespace() + "/" + u.GetName() }
