@@ -371,10 +371,6 @@ func (d *demo) install(ctx context.Context) error {
 	return nil
 }
 
-func mysqlGVR(version string) schema.GroupVersionResource {
-	return schema.GroupVersionResource{Group: operator.Group, Version: version, Resource: "mysqlclusters"}
-}
-
 var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
 // createMySQLClusters creates n MySQLClusters (v1alpha1) on m; with badConfig, every tenth one
@@ -394,7 +390,7 @@ func createMySQLClusters(ctx context.Context, m *testbed.Cluster, n int, badConf
 			config += "\n" + demoBadConfig + "=0"
 		}
 		u := operator.NewCluster("v1alpha1", demoCRNS, fmt.Sprintf("orders-%03d", i), operator.Spec{Replicas: int32(1 + i%3), MySQLVersion: "8.0", Config: config})
-		if _, err := dyn.Resource(mysqlGVR("v1alpha1")).Namespace(demoCRNS).Create(ctx, u, metav1.CreateOptions{}); err != nil {
+		if _, err := dyn.Resource(operator.GVR("v1alpha1")).Namespace(demoCRNS).Create(ctx, u, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("%s: creating MySQLCluster %s: %w", m.Name, u.GetName(), err)
 		}
 	}
@@ -414,33 +410,9 @@ func (d *demo) waitReconciled(ctx context.Context, m *testbed.Cluster, apiVersio
 			last = fmt.Sprintf("mysql-operator %s is not running yet", version)
 			return false, nil
 		}
-		l, err := dyn.Resource(mysqlGVR(apiVersion)).Namespace(demoCRNS).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			last = err.Error()
-			return false, nil
-		}
-		for _, it := range l.Items {
-			if !operator.Ready(&it) {
-				last = fmt.Sprintf("MySQLCluster %s is not Ready", it.GetName())
-				return false, nil
-			}
-		}
-		cms, err := dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}).Namespace(demoCRNS).List(ctx,
-			metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=mysql-operator"})
-		if err != nil {
-			return false, nil
-		}
-		n := 0
-		for _, cm := range cms.Items {
-			if by, _, _ := unstructured.NestedString(cm.Object, "data", "reconciled-by"); by == "mysql-operator "+version {
-				n++
-			}
-		}
-		if n != d.o.crs || len(l.Items) != d.o.crs {
-			last = fmt.Sprintf("%d of %d MySQLClusters reconciled by %s", n, d.o.crs, version)
-			return false, nil
-		}
-		return true, nil
+		ok, why := operator.Settled(ctx, dyn, demoCRNS, apiVersion, d.o.crs, metav1.ConditionTrue, "mysql-operator "+version)
+		last = why
+		return ok, nil
 	})
 	if err != nil {
 		return fmt.Errorf("%s: %s", m.Name, last)
@@ -552,7 +524,7 @@ func memberState(ctx context.Context, m *testbed.Cluster) ([]*unstructured.Unstr
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", m.Name, err)
 	}
-	l, err := dyn.Resource(mysqlGVR(snapshot.StorageVersion(crd))).Namespace("").List(ctx, metav1.ListOptions{})
+	l, err := dyn.Resource(operator.GVR(snapshot.StorageVersion(crd))).Namespace("").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", m.Name, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/rewind-dev/rewind/examples/mysql-operator/operator"
 	"github.com/rewind-dev/rewind/internal/testbed"
 )
 
@@ -26,7 +27,7 @@ func TestDemoVerificationCatchesACorruptedRestore(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		ri := dyn.Resource(mysqlGVR("v1beta1")).Namespace(demoCRNS)
+		ri := dyn.Resource(operator.GVR("v1beta1")).Namespace(demoCRNS)
 		cr, err := ri.Get(ctx, "orders-004", metav1.GetOptions{})
 		if err != nil {
 			return err

@@ -54,10 +54,6 @@ func rewind(t *testing.T, ns string, args ...string) string {
 	return out
 }
 
-func gvr(version string) schema.GroupVersionResource {
-	return schema.GroupVersionResource{Group: operator.Group, Version: version, Resource: "mysqlclusters"}
-}
-
 var builtin = map[string]schema.GroupVersionResource{
 	"CustomResourceDefinition": {Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"},
 	"Deployment":               {Group: "apps", Version: "v1", Resource: "deployments"},
@@ -198,12 +194,12 @@ func jump(t *testing.T, hub client.Client, r *runner.Runner, m *testbed.Cluster,
 	// 3. The old operator reconciles the CRs: every one is Ready for its generation, and a
 	// change made now is picked up.
 	waitAllReady(t, dyn, oldB.APIVersion, "mysql-operator "+from)
-	cr, err := dyn.Resource(gvr(oldB.APIVersion)).Namespace(crNS).Get(t.Context(), "db-007", metav1.GetOptions{})
+	cr, err := dyn.Resource(operator.GVR(oldB.APIVersion)).Namespace(crNS).Get(t.Context(), "db-007", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = unstructured.SetNestedField(cr.Object, int64(2), "spec", "replicas")
-	if _, err := dyn.Resource(gvr(oldB.APIVersion)).Namespace(crNS).Update(t.Context(), cr, metav1.UpdateOptions{}); err != nil {
+	if _, err := dyn.Resource(operator.GVR(oldB.APIVersion)).Namespace(crNS).Update(t.Context(), cr, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitAllReady(t, dyn, oldB.APIVersion, "mysql-operator "+from)
@@ -224,7 +220,7 @@ func createCRs(t *testing.T, dyn dynamic.Interface, b operator.Build) {
 	}
 	for i := range crCount {
 		u := operator.NewCluster(b.APIVersion, crNS, fmt.Sprintf("db-%03d", i), operator.Spec{Replicas: 1, MySQLVersion: "8.0", Config: fmt.Sprintf("server_id=%d", i)})
-		if _, err := dyn.Resource(gvr(b.APIVersion)).Namespace(crNS).Create(t.Context(), u, metav1.CreateOptions{}); err != nil {
+		if _, err := dyn.Resource(operator.GVR(b.APIVersion)).Namespace(crNS).Create(t.Context(), u, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -236,36 +232,9 @@ func waitAllReady(t *testing.T, dyn dynamic.Interface, version, by string) {
 	t.Helper()
 	var last string
 	err := wait.PollUntilContextTimeout(t.Context(), 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		l, err := dyn.Resource(gvr(version)).Namespace(crNS).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			last = err.Error()
-			return false, nil
-		}
-		if len(l.Items) != crCount {
-			last = fmt.Sprintf("%d MySQLClusters", len(l.Items))
-			return false, nil
-		}
-		for _, it := range l.Items {
-			if !operator.Ready(&it) {
-				last = fmt.Sprintf("%s is not Ready: %v", it.GetName(), it.Object["status"])
-				return false, nil
-			}
-		}
-		cms, err := dyn.Resource(builtin["ConfigMap"]).Namespace(crNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=mysql-operator"})
-		if err != nil {
-			return false, nil
-		}
-		n := 0
-		for _, cm := range cms.Items {
-			if v, _, _ := unstructured.NestedString(cm.Object, "data", "reconciled-by"); v == by {
-				n++
-			}
-		}
-		if n != crCount {
-			last = fmt.Sprintf("%d of %d ConfigMaps reconciled by %s", n, crCount, by)
-			return false, nil
-		}
-		return true, nil
+		ok, why := operator.Settled(ctx, dyn, crNS, version, crCount, metav1.ConditionTrue, by)
+		last = why
+		return ok, nil
 	})
 	if err != nil {
 		t.Fatalf("MySQLClusters (read at %s) not all Ready and reconciled by %s: %s", version, by, last)
@@ -287,7 +256,7 @@ func compare(ctx context.Context, dyn dynamic.Interface, want *unstructured.Unst
 	gvk := want.GroupVersionKind()
 	res, ok := builtin[gvk.Kind]
 	if gvk.Kind == operator.Kind {
-		res, ok = gvr(gvk.Version), true
+		res, ok = operator.GVR(gvk.Version), true
 	}
 	if !ok {
 		return fmt.Sprintf("%s %s: kind not compared by this test", gvk.Kind, want.GetName())

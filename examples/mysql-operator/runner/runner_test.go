@@ -31,10 +31,6 @@ func TestMain(m *testing.M) {
 
 const installNS = "mysql-operator-system"
 
-func gvr(version string) schema.GroupVersionResource {
-	return schema.GroupVersionResource{Group: operator.Group, Version: version, Resource: "mysqlclusters"}
-}
-
 // install renders a release of the sample operator and applies it as a rollout would.
 func install(t *testing.T, c client.Client, version string, args ...string) {
 	t.Helper()
@@ -76,22 +72,9 @@ func waitReady(t *testing.T, dyn dynamic.Interface, ns, version string, n int, w
 	t.Helper()
 	var last string
 	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
-		l, err := dyn.Resource(gvr(version)).Namespace(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			last = err.Error()
-			return false, nil
-		}
-		if len(l.Items) != n {
-			last = fmt.Sprintf("%d objects", len(l.Items))
-			return false, nil
-		}
-		for _, it := range l.Items {
-			if !operator.ReadyIs(&it, want) {
-				last = fmt.Sprintf("%s: status %v", it.GetName(), it.Object["status"])
-				return false, nil
-			}
-		}
-		return true, nil
+		ok, why := operator.Settled(ctx, dyn, ns, version, n, want, "")
+		last = why
+		return ok, nil
 	})
 	if err != nil {
 		t.Fatalf("MySQLClusters in %s (read at %s) not Ready=%s: %s", ns, version, want, last)
@@ -114,7 +97,7 @@ func TestRunnerRunsTheInstalledReleaseAndItsConversionWebhook(t *testing.T) {
 	waitRunning(t, r, m.Name, "1.0.0", false)
 	for i := range 3 {
 		u := operator.NewCluster("v1alpha1", ns, fmt.Sprintf("db-%d", i), operator.Spec{Replicas: int32(1 + i), MySQLVersion: "8.0", Config: "max_connections=100"})
-		if _, err := dyn.Resource(gvr("v1alpha1")).Namespace(ns).Create(t.Context(), u, metav1.CreateOptions{}); err != nil {
+		if _, err := dyn.Resource(operator.GVR("v1alpha1")).Namespace(ns).Create(t.Context(), u, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -138,7 +121,7 @@ func TestRunnerRunsTheInstalledReleaseAndItsConversionWebhook(t *testing.T) {
 	install(t, c, "v3")
 	waitRunning(t, r, m.Name, "3.0.0", false)
 	waitReady(t, dyn, ns, "v1", 3, metav1.ConditionTrue)
-	got, err := dyn.Resource(gvr("v1")).Namespace(ns).Get(t.Context(), "db-1", metav1.GetOptions{})
+	got, err := dyn.Resource(operator.GVR("v1")).Namespace(ns).Get(t.Context(), "db-1", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,10 +132,10 @@ func TestRunnerRunsTheInstalledReleaseAndItsConversionWebhook(t *testing.T) {
 		t.Fatalf("the deprecated spec.config was not kept: %q", cfg)
 	}
 	u := operator.NewCluster("v1", ns, "db-new", operator.Spec{MySQLVersion: "8.4"})
-	if _, err := dyn.Resource(gvr("v1")).Namespace(ns).Create(t.Context(), u, metav1.CreateOptions{}); err != nil {
+	if _, err := dyn.Resource(operator.GVR("v1")).Namespace(ns).Create(t.Context(), u, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	old, err := dyn.Resource(gvr("v1alpha1")).Namespace(ns).Get(t.Context(), "db-new", metav1.GetOptions{})
+	old, err := dyn.Resource(operator.GVR("v1alpha1")).Namespace(ns).Get(t.Context(), "db-new", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
