@@ -228,9 +228,8 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) (*Report, error) {
 	cfg = rest.CopyConfig(cfg)
 	// A restore is a bulk write bounded by Parallelism writers: the client's rate limiter must
 	// not be what bounds it (the API server's flow control protects the server).
-	if cfg.QPS < 1000 {
-		cfg.QPS, cfg.Burst = 1000, 2000
-	}
+	cfg.QPS = -1 // client-go: no client-side rate limiter
+
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
