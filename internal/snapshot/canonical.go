@@ -101,9 +101,15 @@ type encoder struct {
 
 func newEncoder(w io.Writer) *encoder {
 	e := &encoder{w: bufio.NewWriterSize(w, 256<<10)}
-	e.enc = json.NewEncoder(&e.buf)
-	e.enc.SetEscapeHTML(false)
+	e.enc = newLineEncoder(&e.buf)
 	return e
+}
+
+// newLineEncoder encodes values as canonical lines (every writer of lines uses it).
+func newLineEncoder(w io.Writer) *json.Encoder {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return enc
 }
 
 // line writes v as one line.

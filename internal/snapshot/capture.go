@@ -278,8 +278,7 @@ type batch struct {
 
 var batchPool = sync.Pool{New: func() any {
 	b := &batch{}
-	b.enc = json.NewEncoder(&b.buf)
-	b.enc.SetEscapeHTML(false)
+	b.enc = newLineEncoder(&b.buf)
 	return b
 }}
 
@@ -710,8 +709,7 @@ func (c *capturer) spoolCandidates(ctx context.Context) (*spool, error) {
 			}
 			sp.files[i] = f
 			bw := bufio.NewWriterSize(f, 64<<10)
-			enc := json.NewEncoder(bw) // as encoder.line
-			enc.SetEscapeHTML(false)
+			enc := newLineEncoder(bw)
 			var owners []uidKey
 			err = c.listAll(gctx, gvr, func(obj *unstructured.Unstructured) error {
 				refs := obj.GetOwnerReferences()

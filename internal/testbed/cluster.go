@@ -133,7 +133,7 @@ func (c *Cluster) runAPIServer(ctx context.Context) error {
 
 func (c *Cluster) waitReady(ctx context.Context, p *process) error {
 	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(c.tb.pki.caPEM)
+	pool.AppendCertsFromPEM(c.tb.pki.ca.PEM)
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	defer hc.CloseIdleConnections()
 	return pollUntil(ctx, readyTimeout, p, func() bool {

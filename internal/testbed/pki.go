@@ -18,7 +18,6 @@ import (
 // service-account key pair shared by the API servers, and the static admin token.
 type pki struct {
 	ca        *certs.CA
-	caPEM     []byte
 	adminTok  string
 	dir       string
 	saPubKey  string
@@ -35,8 +34,8 @@ func newPKI(dir string) (*pki, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.ca, p.caPEM = ca, ca.PEM
-	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), p.caPEM, 0o600); err != nil {
+	p.ca = ca
+	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), p.ca.PEM, 0o600); err != nil {
 		return nil, err
 	}
 
@@ -107,4 +106,4 @@ func (t *Testbed) ServingCert(name string) (certPEM, keyPEM []byte, err error) {
 }
 
 // CABundle is the PEM CA certificate that signed every serving certificate of the testbed.
-func (t *Testbed) CABundle() []byte { return append([]byte(nil), t.pki.caPEM...) }
+func (t *Testbed) CABundle() []byte { return append([]byte(nil), t.pki.ca.PEM...) }

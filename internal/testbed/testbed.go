@@ -390,7 +390,7 @@ func (c *Cluster) RESTConfig() *rest.Config {
 		c.restCfg = &rest.Config{
 			Host:            c.Server,
 			BearerToken:     c.tb.pki.adminTok,
-			TLSClientConfig: rest.TLSClientConfig{CAData: c.tb.pki.caPEM},
+			TLSClientConfig: rest.TLSClientConfig{CAData: c.tb.pki.ca.PEM},
 			QPS:             200,
 			Burst:           400,
 		}
@@ -404,7 +404,7 @@ func (c *Cluster) KubeconfigBytes() ([]byte, error) {
 }
 
 func (c *Cluster) writeKubeconfig() error {
-	cfg := clientcmdKubeconfig(c.Name, c.Server, c.tb.pki.caPEM, c.tb.pki.adminTok)
+	cfg := clientcmdKubeconfig(c.Name, c.Server, c.tb.pki.ca.PEM, c.tb.pki.adminTok)
 	c.Kubeconfig = filepath.Join(c.tb.StateDir, c.Name+".kubeconfig")
 	return clientcmd.WriteToFile(*cfg, c.Kubeconfig)
 }
