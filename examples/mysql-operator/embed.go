@@ -131,7 +131,8 @@ func addArgs(p Package, args []string) error {
 		})
 	default:
 		return editYAML(filepath.Join(p.Dir, "manifests", "mysql-operator.clusterserviceversion.yaml"), func(m map[string]any) error {
-			deps, _ := dig(m, "spec", "install", "spec", "deployments").([]any)
+			v, _, _ := unstructured.NestedFieldNoCopy(m, "spec", "install", "spec", "deployments")
+			deps, _ := v.([]any)
 			if len(deps) == 0 {
 				return fmt.Errorf("the CSV has no deployments")
 			}
@@ -159,20 +160,9 @@ func editYAML(path string, edit func(map[string]any) error) error {
 	return os.WriteFile(path, out, 0o644)
 }
 
-func dig(m map[string]any, fields ...string) any {
-	var cur any = m
-	for _, f := range fields {
-		mm, ok := cur.(map[string]any)
-		if !ok {
-			return nil
-		}
-		cur = mm[f]
-	}
-	return cur
-}
-
 func appendArgs(m map[string]any, add []string, containersPath ...string) error {
-	cs, _ := dig(m, containersPath...).([]any)
+	v, _, _ := unstructured.NestedFieldNoCopy(m, containersPath...)
+	cs, _ := v.([]any)
 	if len(cs) == 0 {
 		return fmt.Errorf("no containers at %s", strings.Join(containersPath, "."))
 	}

@@ -89,7 +89,8 @@ func Load(ctx context.Context, c client.Reader, namespace, name string) (*v1alph
 	rel := &v1alpha1.OperatorRelease{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, rel); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, nil, fmt.Errorf("OperatorRelease %s/%s not found (list them with `kubectl get operatorreleases -n %s`)", namespace, name, namespace)
+			// Worded as the CLI words a missing hub object.
+			return nil, nil, fmt.Errorf("release %q not found in namespace %s (list them with: kubectl get operatorreleases -n %s)", name, namespace, namespace)
 		}
 		return nil, nil, err
 	}

@@ -10,8 +10,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -252,14 +250,13 @@ func (r *Reconciler) setStatus(ctx context.Context, cr *unstructured.Unstructure
 		}
 	}
 	cond.ObservedGeneration = cr.GetGeneration()
-	before := append([]metav1.Condition(nil), conds...)
-	meta.SetStatusCondition(&conds, cond)
+	condChanged := meta.SetStatusCondition(&conds, cond)
 
 	status, _, _ := unstructured.NestedMap(cr.Object, "status")
 	oldReady, _, _ := unstructured.NestedInt64(cr.Object, "status", "readyReplicas")
 	oldPhase, _, _ := unstructured.NestedString(cr.Object, "status", "phase")
 	oldGen, _, _ := unstructured.NestedInt64(cr.Object, "status", "observedGeneration")
-	if status != nil && oldReady == int64(ready) && oldPhase == phase && oldGen == cr.GetGeneration() && equality.Semantic.DeepEqual(before, conds) {
+	if status != nil && oldReady == int64(ready) && oldPhase == phase && oldGen == cr.GetGeneration() && !condChanged {
 		return nil
 	}
 	rawConds := make([]any, 0, len(conds))
@@ -281,10 +278,7 @@ func (r *Reconciler) setStatus(ctx context.Context, cr *unstructured.Unstructure
 		return err
 	}
 	if err := r.Client.Status().Update(ctx, cr); err != nil {
-		if apierrors.IsConflict(err) {
-			return err // requeued; the next attempt reads the new version
-		}
-		return fmt.Errorf("status: %w", err)
+		return fmt.Errorf("status: %w", err) // a conflict is requeued: the next attempt reads the new version
 	}
 	return nil
 }
