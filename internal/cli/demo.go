@@ -16,13 +16,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	mysqloperator "github.com/rewind-dev/rewind/examples/mysql-operator"
@@ -134,6 +133,8 @@ func runDemo(ctx context.Context, out io.Writer, o *demoOptions) (err error) {
 		prev := log.Writer()
 		log.SetOutput(io.Discard)
 		defer log.SetOutput(prev)
+	} else {
+		ctrllog.SetLogger(zap.New(zap.WriteTo(indent(out))))
 	}
 
 	d.step(1, "Testbed binaries (kube-apiserver, etcd, kube-controller-manager, kube-scheduler, kwok)")
@@ -194,7 +195,11 @@ func runDemo(ctx context.Context, out io.Writer, o *demoOptions) (err error) {
 	}
 	d.say("every member runs 2.0.0; its MySQLClusters are Ready. Recording each member's MySQLClusters and CRD as they are now.")
 	for _, m := range d.tb.Members {
-		ref, err := memberState(ctx, m)
+		dyn, err := dynamic.NewForConfig(m.RESTConfig())
+		if err != nil {
+			return err
+		}
+		ref, err := memberState(ctx, m, dyn)
 		if err != nil {
 			return err
 		}
@@ -262,10 +267,7 @@ func (d *demo) run(ctx context.Context, show string, args ...string) (string, er
 }
 
 func (d *demo) setUp(ctx context.Context) error {
-	s := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(s)
-	_ = v1alpha1.AddToScheme(s)
-	c, err := client.New(d.tb.Hub.RESTConfig(), client.Options{Scheme: s})
+	c, err := client.New(d.tb.Hub.RESTConfig(), client.Options{Scheme: hubScheme})
 	if err != nil {
 		return err
 	}
@@ -299,7 +301,7 @@ func (d *demo) setUp(ctx context.Context) error {
 	}
 	ro := runner.Options{}
 	if d.o.verbose {
-		ro.Log = indent(d.out)
+		ro.Log, ro.Logger = indent(d.out), ctrllog.Log
 	}
 	d.runner, err = runner.Start(ctx, members, ro)
 	if err != nil {
@@ -404,35 +406,22 @@ func (d *demo) waitReconciled(ctx context.Context, m *testbed.Cluster, apiVersio
 	if err != nil {
 		return err
 	}
-	last := ""
-	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		if cur, ok := d.runner.Current(m.Name); !ok || cur.Build.Version != version {
-			last = fmt.Sprintf("mysql-operator %s is not running yet", version)
-			return false, nil
-		}
-		ok, why := operator.Settled(ctx, dyn, demoCRNS, apiVersion, d.o.crs, metav1.ConditionTrue, "mysql-operator "+version)
-		last = why
-		return ok, nil
-	})
-	if err != nil {
-		return fmt.Errorf("%s: %s", m.Name, last)
+	// The ConfigMaps name the operator build that wrote them: that build runs.
+	if err := operator.WaitSettled(ctx, dyn, demoCRNS, apiVersion, d.o.crs, metav1.ConditionTrue, "mysql-operator "+version, 3*time.Minute); err != nil {
+		return fmt.Errorf("%s: %w", m.Name, err)
 	}
 	return nil
 }
 
 func (d *demo) setRelease(ctx context.Context, rel string) error {
-	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
-		ro := &v1alpha1.Rollout{}
-		if err := d.hub.Get(ctx, client.ObjectKey{Namespace: demoHubNS, Name: demoRollout}, ro); err != nil {
-			return false, err
-		}
+	if _, err := updateRollout(ctx, d.hub, demoHubNS, demoRollout, func(ro *v1alpha1.Rollout) error {
 		ro.Spec.Release = rel
-		if err := d.hub.Update(ctx, ro); err != nil {
-			return false, nil
-		}
-		d.say("$ kubectl patch rollout %s --type merge -p '{\"spec\":{\"release\":\"%s\"}}'", demoRollout, rel)
-		return true, nil
-	})
+		return nil
+	}); err != nil {
+		return err
+	}
+	d.say("$ kubectl patch rollout %s --type merge -p '{\"spec\":{\"release\":\"%s\"}}'", demoRollout, rel)
+	return nil
 }
 
 // watch follows the rollout until it reaches phase for release, printing (and recording for the
@@ -515,11 +504,7 @@ func (d *demo) showResult(ctx context.Context) error {
 
 // memberState reads m's MySQLCluster CRD and every MySQLCluster, at the CRD's storage version,
 // normalized (server-managed fields dropped).
-func memberState(ctx context.Context, m *testbed.Cluster) ([]*unstructured.Unstructured, error) {
-	dyn, err := dynamic.NewForConfig(m.RESTConfig())
-	if err != nil {
-		return nil, err
-	}
+func memberState(ctx context.Context, m *testbed.Cluster, dyn dynamic.Interface) ([]*unstructured.Unstructured, error) {
 	crd, err := dyn.Resource(crdGVR).Get(ctx, "mysqlclusters.database.example.com", metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", m.Name, err)
@@ -543,10 +528,14 @@ func (d *demo) verify(ctx context.Context) error {
 	for _, m := range d.tb.Members {
 		ref := d.reference[m.Name]
 		var diffs []string
+		dyn, err := dynamic.NewForConfig(m.RESTConfig())
+		if err != nil {
+			return err
+		}
 		var lastErr error
 		// The restored operator may still be settling: give it a little time to converge.
 		_ = wait.PollUntilContextTimeout(ctx, time.Second, 20*time.Second, true, func(ctx context.Context) (bool, error) {
-			live, err := memberState(ctx, m)
+			live, err := memberState(ctx, m, dyn)
 			if err != nil {
 				lastErr = err
 				return false, nil

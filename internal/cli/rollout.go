@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
@@ -27,22 +28,21 @@ func getRollout(ctx context.Context, c client.Client, ns, name string) (*v1alpha
 
 // updateRollout reads, changes and writes a Rollout's spec, retrying on conflicts.
 func updateRollout(ctx context.Context, c client.Client, ns, name string, mut func(*v1alpha1.Rollout) error) (*v1alpha1.Rollout, error) {
-	for attempt := 0; ; attempt++ {
-		ro, err := getRollout(ctx, c, ns, name)
-		if err != nil {
-			return nil, err
+	var ro *v1alpha1.Rollout
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var err error
+		if ro, err = getRollout(ctx, c, ns, name); err != nil {
+			return err
 		}
 		if err := mut(ro); err != nil {
-			return nil, err
+			return err
 		}
-		err = c.Update(ctx, ro)
-		if err == nil {
-			return ro, nil
-		}
-		if attempt > 5 || !strings.Contains(err.Error(), "the object has been modified") {
-			return nil, err
-		}
+		return c.Update(ctx, ro)
+	})
+	if err != nil {
+		return nil, err
 	}
+	return ro, nil
 }
 
 func newRolloutCommand(h *hubFlags) *cobra.Command {

@@ -89,29 +89,8 @@ files of $KUBECONFIG, else ~/.kube/config; --context picks a context and -n a na
 	root.AddCommand(newRollbackCommand(h))
 	root.AddCommand(newHistoryCommand(h))
 	root.AddCommand(newTestbedCommand())
-	root.AddCommand(withHelp(newDemoCommand(), demoLong, demoExample))
+	root.AddCommand(newDemoCommand())
 	addDefaultCommands(root)
 	polish(root, h.prog)
 	return root
-}
-
-// The help of `rewind demo`, whose code lives in demo.go.
-const (
-	demoLong = `Starts one etcd, a hub API server and --members member API servers, each member with
-kube-controller-manager, kube-scheduler and kwok (one fake node), so that Deployments become
-Available. It prints each cluster's kubeconfig and a few kubectl commands to try, then waits;
-Ctrl-C stops every process it started. 'make demo' runs it.`
-	demoExample = `  rewind demo
-  rewind demo --members 2 --bin-dir "$(hack/testbed/build.sh --print-dir)"`
-)
-
-// withHelp sets a command's Long and Example where its constructor left them empty.
-func withHelp(cmd *cobra.Command, long, example string) *cobra.Command {
-	if cmd.Long == "" {
-		cmd.Long = long
-	}
-	if cmd.Example == "" {
-		cmd.Example = example
-	}
-	return cmd
 }

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
@@ -230,14 +231,8 @@ func createCRs(t *testing.T, dyn dynamic.Interface, b operator.Build) {
 // ConfigMaps say which operator reconciled them.
 func waitAllReady(t *testing.T, dyn dynamic.Interface, version, by string) {
 	t.Helper()
-	var last string
-	err := wait.PollUntilContextTimeout(t.Context(), 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		ok, why := operator.Settled(ctx, dyn, crNS, version, crCount, metav1.ConditionTrue, by)
-		last = why
-		return ok, nil
-	})
-	if err != nil {
-		t.Fatalf("MySQLClusters (read at %s) not all Ready and reconciled by %s: %s", version, by, last)
+	if err := operator.WaitSettled(t.Context(), dyn, crNS, version, crCount, metav1.ConditionTrue, by, 3*time.Minute); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -290,13 +285,13 @@ func snapshotEntries(t *testing.T, hub client.Client, ns, name string) []snapsho
 
 func setRelease(t *testing.T, hub client.Client, ro *v1alpha1.Rollout, rel string) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cur := &v1alpha1.Rollout{}
-		if err := hub.Get(ctx, client.ObjectKeyFromObject(ro), cur); err != nil {
-			return false, err
+		if err := hub.Get(t.Context(), client.ObjectKeyFromObject(ro), cur); err != nil {
+			return err
 		}
 		cur.Spec.Release = rel
-		return hub.Update(ctx, cur) == nil, nil
+		return hub.Update(t.Context(), cur)
 	})
 	if err != nil {
 		t.Fatal(err)

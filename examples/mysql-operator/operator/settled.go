@@ -3,10 +3,12 @@ package operator
 import (
 	"context"
 	"fmt"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 )
 
@@ -50,4 +52,19 @@ func Settled(ctx context.Context, dyn dynamic.Interface, ns, apiVersion string, 
 		return false, fmt.Sprintf("%d of %d MySQLClusters reconciled by %s", done, n, by)
 	}
 	return true, ""
+}
+
+// WaitSettled polls Settled until it holds or timeout passes; the error says what was
+// still missing.
+func WaitSettled(ctx context.Context, dyn dynamic.Interface, ns, apiVersion string, n int, want metav1.ConditionStatus, by string, timeout time.Duration) error {
+	last := ""
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		ok, why := Settled(ctx, dyn, ns, apiVersion, n, want, by)
+		last = why
+		return ok, nil
+	})
+	if err != nil {
+		return fmt.Errorf("MySQLClusters in %s (read at %s) not settled (Ready=%s, reconciled by %q) after %s: %s", ns, apiVersion, want, by, timeout, last)
+	}
+	return nil
 }

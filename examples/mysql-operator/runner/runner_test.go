@@ -70,14 +70,8 @@ func waitRunning(t *testing.T, r *runner.Runner, member, version string, failing
 // with status want for its current generation.
 func waitReady(t *testing.T, dyn dynamic.Interface, ns, version string, n int, want metav1.ConditionStatus) {
 	t.Helper()
-	var last string
-	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
-		ok, why := operator.Settled(ctx, dyn, ns, version, n, want, "")
-		last = why
-		return ok, nil
-	})
-	if err != nil {
-		t.Fatalf("MySQLClusters in %s (read at %s) not Ready=%s: %s", ns, version, want, last)
+	if err := operator.WaitSettled(t.Context(), dyn, ns, version, n, want, "", 90*time.Second); err != nil {
+		t.Fatal(err)
 	}
 }
 
