@@ -505,7 +505,7 @@ func (r *restorer) put(ctx context.Context, desired, live *unstructured.Unstruct
 		case apierrors.IsNotFound(err) && attempt < 5:
 			live = nil
 			continue
-		case apierrors.IsInvalid(err) && strings.Contains(err.Error(), "immutable"):
+		case isImmutable(err):
 			uid, rerr := r.recreate(ctx, ri, desired, live, hasStatus, err)
 			if rerr != nil {
 				return "", "", rerr
@@ -603,6 +603,23 @@ func (r *restorer) recreate(ctx context.Context, ri dynamic.ResourceInterface, d
 	}
 	r.rep.note(&r.rep.Recreated, fmt.Sprintf("%s (%s)", keyOf(desired), immutableField(cause)))
 	return created.GetUID(), nil
+}
+
+// isImmutable says whether an update was refused because it changes a field that can only be
+// set on create. The API server words it per kind: "field is immutable" (a Deployment's
+// selector), "may not change once set" (a Service's clusterIPs), "updates to statefulset spec
+// for fields other than ... are forbidden".
+func isImmutable(err error) bool {
+	if !apierrors.IsInvalid(err) {
+		return false
+	}
+	msg := err.Error()
+	for _, s := range []string{"immutable", "may not change once set", "are forbidden"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }
 
 func immutableField(err error) string {

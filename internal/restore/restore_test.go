@@ -5,9 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -361,4 +364,103 @@ func TestRestore(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("prune, and a recreate only where a field is immutable", func(t *testing.T) {
+		mutate(t, 100)
+		// db-00001's StatefulSet comes back with another selector, its headless Service with a
+		// cluster IP: both fields can only be set on create. The restore recreates these two
+		// and updates everything else.
+		sts := replaceChild(t, entries, "StatefulSet", "db-00001", func(u *unstructured.Unstructured) {
+			sel := map[string]any{"app": "replaced"}
+			_ = unstructured.SetNestedMap(u.Object, sel, "spec", "selector", "matchLabels")
+			_ = unstructured.SetNestedMap(u.Object, sel, "spec", "template", "metadata", "labels")
+		})
+		svc := replaceChild(t, entries, "Service", "db-00001", func(u *unstructured.Unstructured) {
+			unstructured.RemoveNestedField(u.Object, "spec", "clusterIP")
+			unstructured.RemoveNestedField(u.Object, "spec", "clusterIPs")
+		})
+		if ip, _, _ := unstructured.NestedString(svc.Object, "spec", "clusterIP"); ip == "" || ip == "None" {
+			t.Fatalf("the replaced Service should have an allocated cluster IP, has %q", ip)
+		}
+		rep, err := restore.Run(t.Context(), env.Members[0].RESTConfig(), restore.Options{
+			Header: h, Entries: entries, Current: manifests(), Prune: true,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		assertRestored(t, entries)
+
+		if tot := rep.Totals(); tot.Recreated != 2 || len(rep.Recreated) != 2 {
+			t.Errorf("want exactly the StatefulSet and the Service recreated, got %d: %q", tot.Recreated, rep.Recreated)
+		}
+		for _, u := range []*unstructured.Unstructured{sts, svc} {
+			prefix := u.GroupVersionKind().GroupKind().String() + " " + u.GetNamespace() + "/" + u.GetName() + " ("
+			found := false
+			for _, r := range rep.Recreated {
+				found = found || strings.HasPrefix(r, prefix)
+			}
+			if !found {
+				t.Errorf("recreated %q: want %s... with the refused field", rep.Recreated, prefix)
+			}
+		}
+
+		// Every MySQLCluster created since the snapshot (by this and the earlier subtests) is
+		// pruned and reported, and none is kept.
+		if len(rep.Kept) != 0 {
+			t.Errorf("with Prune nothing is kept, got %v", rep.Kept)
+		}
+		if !slices.Contains(rep.Pruned, "MySQLCluster.database.example.com users/new-since-100") {
+			t.Errorf("pruned %v: want users/new-since-100 among them", rep.Pruned)
+		}
+		l, err := dyn(t).Resource(testfixture.MySQLGVR).List(t.Context(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, it := range l.Items {
+			if strings.HasPrefix(it.GetName(), "new-since-") && it.GetDeletionTimestamp() == nil {
+				t.Errorf("%s/%s was created after the snapshot and survived a pruning restore", it.GetNamespace(), it.GetName())
+			}
+		}
+	})
+}
+
+// replaceChild deletes the live child of kind owned by the CR owner, waits until it is gone,
+// and creates it again as changed by mut. It returns the new object.
+func replaceChild(t *testing.T, entries []snapshot.Entry, kind, owner string, mut func(*unstructured.Unstructured)) *unstructured.Unstructured {
+	t.Helper()
+	var snap *unstructured.Unstructured
+	for _, e := range entries {
+		if refs := e.Object.GetOwnerReferences(); e.Object.GetKind() == kind && len(refs) == 1 && refs[0].Name == owner {
+			snap = e.Object
+		}
+	}
+	if snap == nil {
+		t.Fatalf("the snapshot has no %s owned by %s", kind, owner)
+	}
+	ri := dyn(t).Resource(resourceOf(snap.GroupVersionKind())).Namespace(snap.GetNamespace())
+	live, err := ri.Get(t.Context(), snap.GetName(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ri.Delete(t.Context(), snap.GetName(), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := ri.Get(ctx, snap.GetName(), metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Fatalf("%s %s was not deleted: %v", kind, snap.GetName(), err)
+	}
+	u := live.DeepCopy()
+	for _, f := range []string{"uid", "resourceVersion", "creationTimestamp", "generation", "managedFields"} {
+		unstructured.RemoveNestedField(u.Object, "metadata", f)
+	}
+	delete(u.Object, "status")
+	mut(u)
+	created, err := ri.Create(t.Context(), u, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating %s %s again: %v", kind, snap.GetName(), err)
+	}
+	return created
 }
