@@ -15,6 +15,7 @@ import (
 
 	"github.com/rewind-dev/rewind/internal/restore"
 	"github.com/rewind-dev/rewind/internal/snapshot"
+	"github.com/rewind-dev/rewind/internal/testbed/testenv"
 	"github.com/rewind-dev/rewind/internal/testfixture"
 )
 
@@ -108,9 +109,8 @@ func changeAll(ctx context.Context, b *testing.B, round int) int {
 func BenchmarkRestore(b *testing.B) {
 	ctx := context.Background()
 	ensurePopulated(b)
-	cfg := env.Members[0].RESTConfig()
 	var buf bytes.Buffer
-	if _, err := snapshot.Capture(ctx, cfg, snapshot.Options{
+	if _, err := snapshot.Capture(ctx, testenv.Member(b, env.Members[0]), snapshot.Options{
 		Operator: "mysql-operator", Namespace: "mysql-system", Manifests: []*unstructured.Unstructured{testfixture.MySQLCRD()},
 	}, &buf); err != nil {
 		b.Fatal(err)
@@ -128,7 +128,7 @@ func BenchmarkRestore(b *testing.B) {
 			rawRates = append(rawRates, float64(n)/time.Since(start).Seconds())
 
 			start = time.Now()
-			rep, err := restore.Run(ctx, cfg, restore.Options{Header: hdr, Entries: entries, Parallelism: 16})
+			rep, err := restore.Run(ctx, testenv.Member(b, env.Members[0]), restore.Options{Header: hdr, Entries: entries, Parallelism: 16})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -13,12 +13,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/internal/apply"
 	"github.com/rewind-dev/rewind/internal/member"
 	"github.com/rewind-dev/rewind/internal/snapshot"
 	"github.com/rewind-dev/rewind/internal/snapshot/payload"
+	"github.com/rewind-dev/rewind/internal/testbed/testenv"
 	"github.com/rewind-dev/rewind/internal/testfixture"
 )
 
@@ -31,15 +31,11 @@ func populate(b *testing.B, offset, count, children int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	cfg := env.Members[0].RESTConfig()
-	c, err := client.New(cfg, client.Options{Scheme: member.Scheme})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := apply.Objects(ctx, c, []*unstructured.Unstructured{testfixture.MySQLCRD()}, apply.Options{}); err != nil {
+	if _, err := apply.Objects(ctx, testenv.Member(b, env.Members[0]), []*unstructured.Unstructured{testfixture.MySQLCRD()}, apply.Options{}); err != nil {
 		b.Fatal(err)
 	}
 	start := time.Now()
-	err = testfixture.Populate(ctx, cfg, testfixture.Options{
+	err := testfixture.Populate(ctx, cfg, testfixture.Options{
 		Namespaces: benchNamespaces, Count: count, Offset: offset, Children: true, ChildrenFor: children, PayloadBytes: 700, Parallelism: 32,
 	})
 	if err != nil {
@@ -93,6 +89,10 @@ type captureRun struct {
 
 // captureOnce runs the full capture: canonical stream, gzip and AES-256-GCM, to io.Discard.
 func captureOnce(ctx context.Context, b *testing.B, cfg *rest.Config) captureRun {
+	cl, err := member.New("bench", cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
 	kek, err := payload.GenerateLocalKEK()
 	if err != nil {
 		b.Fatal(err)
@@ -104,7 +104,7 @@ func captureOnce(ctx context.Context, b *testing.B, cfg *rest.Config) captureRun
 		if err != nil {
 			b.Fatal(err)
 		}
-		res, err := snapshot.Capture(ctx, cfg, snapshot.Options{
+		res, err := snapshot.Capture(ctx, cl, snapshot.Options{
 			Operator: "mysql-operator", Namespace: "mysql-system",
 			Manifests: []*unstructured.Unstructured{testfixture.MySQLCRD()}, Parallelism: benchParallelism,
 		}, w)

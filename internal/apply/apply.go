@@ -1,21 +1,25 @@
-// Package apply applies a release's manifests to a cluster with server-side apply, in stages:
-// CRDs (then wait until Established), namespaces/RBAC/ServiceAccounts, webhooks and their
-// Services, then workloads and everything else.
+// Package apply applies a release's manifests to a member cluster with server-side apply, in
+// stages ordered by each kind's role, which is found through the member's discovery rather than
+// a list of kind names: CRDs (then wait until Established), namespaces, RBAC and service
+// accounts, configuration, webhooks and the Services that serve them, workloads, then
+// everything else (custom resources, PodDisruptionBudgets, monitors, ...).
 package apply
 
 import (
 	"context"
 	"fmt"
-	"sort"
+	"slices"
+	"strings"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/rewind-dev/rewind/internal/member"
 )
 
 // FieldManager is the server-side-apply field manager rewind applies with.
@@ -26,39 +30,70 @@ type Stage int
 
 // The stages, in order.
 const (
+	// StageCRDs: CustomResourceDefinitions; the apply waits until they are Established.
 	StageCRDs Stage = iota
+	// StageNamespaces: Namespaces.
+	StageNamespaces
+	// StageRBAC: roles, bindings and service accounts.
 	StageRBAC
+	// StageConfig: what workloads read or are placed by: ConfigMaps, Secrets and other
+	// built-in configuration kinds (PriorityClasses, RuntimeClasses, StorageClasses, ...).
+	StageConfig
+	// StageWebhooks: admission webhooks and policies, API services, and Services.
 	StageWebhooks
+	// StageWorkloads: kinds in the "all" discovery category (Deployments, StatefulSets,
+	// DaemonSets, Jobs, CronJobs, HorizontalPodAutoscalers, ...).
 	StageWorkloads
+	// StageOthers: everything else: custom resources (of the release's CRDs or of CRDs
+	// already on the member), PodDisruptionBudgets, NetworkPolicies, Ingresses, ...
+	StageOthers
 )
+
+// Stages lists every stage in order.
+var Stages = []Stage{StageCRDs, StageNamespaces, StageRBAC, StageConfig, StageWebhooks, StageWorkloads, StageOthers}
 
 // String names the stage.
 func (s Stage) String() string {
-	return [...]string{"crds", "rbac", "webhooks", "workloads"}[s]
+	return [...]string{"crds", "namespaces", "rbac", "config", "webhooks", "workloads", "others"}[s]
 }
 
-// StageOf says in which stage an object is applied.
-func StageOf(gvk schema.GroupVersionKind) Stage {
-	switch gvk.GroupKind() {
-	case schema.GroupKind{Group: "apiextensions.k8s.io", Kind: "CustomResourceDefinition"}:
+// builtIn says whether a group is one of Kubernetes' own: the core group, groups without a
+// dot (apps, batch, policy, autoscaling) and *.k8s.io (reserved for Kubernetes APIs).
+func builtIn(group string) bool {
+	return group == "" || !strings.Contains(group, ".") || strings.HasSuffix(group, ".k8s.io")
+}
+
+// RoleOf says in which stage an object of a kind is applied, from what discovery says of its
+// resource. customResource says the kind is defined by a CRD of the objects being applied.
+func RoleOf(gvk schema.GroupVersionKind, res member.Resource, customResource bool) Stage {
+	gr := res.GVR.GroupResource()
+	switch {
+	case customResource:
+		return StageOthers
+	case gr == schema.GroupResource{Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"}:
 		return StageCRDs
-	case schema.GroupKind{Kind: "Namespace"}, schema.GroupKind{Kind: "ServiceAccount"},
-		schema.GroupKind{Group: "rbac.authorization.k8s.io", Kind: "Role"},
-		schema.GroupKind{Group: "rbac.authorization.k8s.io", Kind: "ClusterRole"},
-		schema.GroupKind{Group: "rbac.authorization.k8s.io", Kind: "RoleBinding"},
-		schema.GroupKind{Group: "rbac.authorization.k8s.io", Kind: "ClusterRoleBinding"}:
+	case gr == schema.GroupResource{Resource: "namespaces"}:
+		return StageNamespaces
+	case gr.Group == "rbac.authorization.k8s.io", gr == schema.GroupResource{Resource: "serviceaccounts"}:
 		return StageRBAC
-	case schema.GroupKind{Group: "admissionregistration.k8s.io", Kind: "ValidatingWebhookConfiguration"},
-		schema.GroupKind{Group: "admissionregistration.k8s.io", Kind: "MutatingWebhookConfiguration"},
-		schema.GroupKind{Kind: "Service"}:
+	case gr.Group == "admissionregistration.k8s.io", gr.Group == "apiregistration.k8s.io",
+		gr == schema.GroupResource{Resource: "services"}:
 		return StageWebhooks
+	case slices.Contains(res.Categories, "all"):
+		return StageWorkloads
+	case builtIn(gr.Group) && (gr.Group == "" || !res.Namespaced):
+		// Core namespaced kinds outside "all" (ConfigMaps, Secrets, PVCs, quotas, limit
+		// ranges) and built-in cluster-scoped kinds (PriorityClasses, StorageClasses,
+		// RuntimeClasses, IngressClasses): what workloads are configured or placed by.
+		return StageConfig
 	}
-	return StageWorkloads
+	return StageOthers
 }
 
 // Options tune an apply.
 type Options struct {
-	// Namespace is given to namespaced objects that have none.
+	// Namespace is given to namespaced objects that have none; it is created when the
+	// objects do not define it.
 	Namespace string
 	// EstablishTimeout bounds the wait for CRDs to be Established (default 60s).
 	EstablishTimeout time.Duration
@@ -66,63 +101,78 @@ type Options struct {
 	Stages []Stage
 }
 
-// Objects applies objs to the cluster of c, stage by stage, forcing the fields rewind
-// manages. It returns the applied objects (with namespaces defaulted), in apply order.
-func Objects(ctx context.Context, c client.Client, objs []*unstructured.Unstructured, o Options) ([]*unstructured.Unstructured, error) {
-	byStage := map[Stage][]*unstructured.Unstructured{}
-	for _, obj := range objs {
-		u := obj.DeepCopy()
-		st := StageOf(u.GroupVersionKind())
-		byStage[st] = append(byStage[st], u)
+// Plan sorts objs into stages through the member's discovery, with namespaces set by each
+// kind's scope (see member.Cluster.Scoped). Within a stage the order of objs is kept. A kind
+// the member does not serve and objs do not define is an error that names it.
+func Plan(cl *member.Cluster, objs []*unstructured.Unstructured, namespace string) (map[Stage][]*unstructured.Unstructured, error) {
+	scoped, err := cl.Scoped(objs, namespace)
+	if err != nil {
+		return nil, err
 	}
-	want := map[Stage]bool{}
-	for _, s := range o.Stages {
-		want[s] = true
-	}
-	if o.Namespace != "" {
-		// The install namespace is created if the manifests do not define it.
-		ns := &unstructured.Unstructured{}
-		ns.SetAPIVersion("v1")
-		ns.SetKind("Namespace")
-		ns.SetName(o.Namespace)
-		defined := false
-		for _, u := range byStage[StageRBAC] {
-			if u.GetKind() == "Namespace" && u.GetName() == o.Namespace {
-				defined = true
+	defined := member.DefinedKinds(objs)
+	out := map[Stage][]*unstructured.Unstructured{}
+	for _, u := range scoped {
+		gvk := u.GroupVersionKind()
+		var st Stage
+		if _, ok := defined[gvk.GroupKind()]; ok {
+			st = StageOthers
+		} else {
+			res, err := cl.Resource(gvk)
+			if err != nil {
+				return nil, err
 			}
+			st = RoleOf(gvk, res, false)
 		}
-		if !defined {
-			if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
-				return nil, fmt.Errorf("creating namespace %s: %w", o.Namespace, err)
-			}
+		out[st] = append(out[st], u)
+	}
+	return out, nil
+}
+
+// Objects applies objs to the member, stage by stage, forcing the fields rewind manages. It
+// returns the applied objects (namespaces set), in apply order.
+func Objects(ctx context.Context, cl *member.Cluster, objs []*unstructured.Unstructured, o Options) ([]*unstructured.Unstructured, error) {
+	byStage, err := Plan(cl, objs, o.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	if o.Namespace != "" && !slices.ContainsFunc(byStage[StageNamespaces], func(u *unstructured.Unstructured) bool { return u.GetName() == o.Namespace }) {
+		if err := EnsureNamespace(ctx, cl.Client, o.Namespace); err != nil {
+			return nil, err
 		}
 	}
 	var applied []*unstructured.Unstructured
-	for st := StageCRDs; st <= StageWorkloads; st++ {
-		if len(o.Stages) > 0 && !want[st] {
+	for _, st := range Stages {
+		list := byStage[st]
+		if (len(o.Stages) > 0 && !slices.Contains(o.Stages, st)) || len(list) == 0 {
 			continue
 		}
-		list := byStage[st]
-		sort.SliceStable(list, func(i, j int) bool {
-			// Namespaces before what lives in them.
-			return list[i].GetKind() == "Namespace" && list[j].GetKind() != "Namespace"
-		})
 		for _, u := range list {
-			if err := defaultNamespace(c, u, o.Namespace); err != nil {
-				return applied, err
-			}
-			if err := Apply(ctx, c, u); err != nil {
+			if err := Apply(ctx, cl.Client, u); err != nil {
 				return applied, fmt.Errorf("stage %s: %w", st, err)
 			}
 			applied = append(applied, u)
 		}
-		if st == StageCRDs && len(list) > 0 {
-			if err := WaitEstablished(ctx, c, list, o.EstablishTimeout); err != nil {
+		if st == StageCRDs {
+			if err := WaitEstablished(ctx, cl.Client, list, o.EstablishTimeout); err != nil {
 				return applied, err
 			}
+			// The kinds the CRDs define are served now: discovery must see them.
+			cl.ResetMapper()
 		}
 	}
 	return applied, nil
+}
+
+// EnsureNamespace creates a namespace unless it exists.
+func EnsureNamespace(ctx context.Context, c client.Client, name string) error {
+	ns := &unstructured.Unstructured{}
+	ns.SetAPIVersion("v1")
+	ns.SetKind("Namespace")
+	ns.SetName(name)
+	if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s: %w", name, err)
+	}
+	return nil
 }
 
 // Apply server-side-applies one object with field manager rewind, forcing ownership.
@@ -141,23 +191,6 @@ func key(u *unstructured.Unstructured) string {
 		return u.GetName()
 	}
 	return u.GetNamespace() + "/" + u.GetName()
-}
-
-func defaultNamespace(c client.Client, u *unstructured.Unstructured, ns string) error {
-	if u.GetNamespace() != "" || ns == "" {
-		return nil
-	}
-	namespaced, err := c.IsObjectNamespaced(u)
-	if err != nil {
-		if meta.IsNoMatchError(err) {
-			return fmt.Errorf("%s %s: the cluster does not serve %s (is its CRD part of the release?)", u.GetKind(), u.GetName(), u.GroupVersionKind())
-		}
-		return err
-	}
-	if namespaced {
-		u.SetNamespace(ns)
-	}
-	return nil
 }
 
 // WaitEstablished waits until every CRD in crds is Established and its names are accepted.

@@ -150,11 +150,12 @@ func checkOne(ctx context.Context, hub client.Client, mc *v1alpha1.MemberCluster
 		r.Status, r.Reasons = CheckUnreachable, []string{err.Error()}
 		return r
 	}
-	mcl, err := client.New(cfg, client.Options{Scheme: member.Scheme})
+	cl, err := member.New(mc.Name, cfg)
 	if err != nil {
 		r.Status, r.Reasons = CheckUnreachable, []string{err.Error()}
 		return r
 	}
+	mcl := cl.Client
 	rec, err := member.ReadRecord(ctx, mcl, operator)
 	if err != nil {
 		r.Status, r.Reasons = CheckUnreachable, []string{fmt.Sprintf("cannot reach %s: %v", cfg.Host, err)}

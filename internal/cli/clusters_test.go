@@ -61,7 +61,7 @@ func installDirectly(t *testing.T, m *testbed.Cluster, ns, relName string) {
 		t.Fatal(err)
 	}
 	mc := memberClient(t, m)
-	if _, err := apply.Objects(ctx, mc, objs, apply.Options{Namespace: "widget-system"}); err != nil {
+	if _, err := apply.Objects(ctx, testenv.Member(t, m), objs, apply.Options{Namespace: "widget-system"}); err != nil {
 		t.Fatal(err)
 	}
 	err = member.WriteRecord(ctx, mc, member.Record{
@@ -274,7 +274,7 @@ func loadRelease(t *testing.T, ns, name string) (*v1alpha1.OperatorRelease, []*u
 func installObjects(t *testing.T, m *testbed.Cluster, objs []*unstructured.Unstructured, namespace string, rel *v1alpha1.OperatorRelease) {
 	t.Helper()
 	mc := memberClient(t, m)
-	if _, err := apply.Objects(t.Context(), mc, objs, apply.Options{Namespace: namespace}); err != nil {
+	if _, err := apply.Objects(t.Context(), testenv.Member(t, m), objs, apply.Options{Namespace: namespace}); err != nil {
 		t.Fatal(err)
 	}
 	err := member.WriteRecord(t.Context(), mc, member.Record{

@@ -29,6 +29,7 @@ import (
 	"github.com/rewind-dev/rewind/examples/mysql-operator/runner"
 	"github.com/rewind-dev/rewind/internal/controller"
 	"github.com/rewind-dev/rewind/internal/install"
+	"github.com/rewind-dev/rewind/internal/member"
 	"github.com/rewind-dev/rewind/internal/restore"
 	"github.com/rewind-dev/rewind/internal/snapshot"
 	"github.com/rewind-dev/rewind/internal/testbed"
@@ -297,7 +298,11 @@ func (d *demo) setUp(ctx context.Context) error {
 	}
 	members := make([]runner.Member, 0, len(d.tb.Members))
 	for _, m := range d.tb.Members {
-		members = append(members, runner.Member{Name: m.Name, Config: m.RESTConfig()})
+		cl, err := member.New(m.Name, m.RESTConfig())
+		if err != nil {
+			return err
+		}
+		members = append(members, runner.Member{Cluster: cl})
 	}
 	ro := runner.Options{}
 	if d.o.verbose {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/internal/member"
 	"github.com/rewind-dev/rewind/internal/release"
@@ -39,7 +38,7 @@ again after an interruption and it resumes. Restoring twice changes nothing the 
 			if err != nil {
 				return err
 			}
-			mc, cfg, err := memberConfig(ctx, c, h, cluster)
+			mc, cl, err := memberCluster(ctx, c, h, cluster)
 			if err != nil {
 				return err
 			}
@@ -50,10 +49,7 @@ again after an interruption and it resumes. Restoring twice changes nothing the 
 			if err != nil {
 				return fmt.Errorf("snapshot %s cannot be restored: %w", snap.Name, err)
 			}
-			mcl, err := client.New(cfg, client.Options{Scheme: member.Scheme})
-			if err != nil {
-				return err
-			}
+			mcl := cl.Client
 			// The release installed now: its Deployments are quiesced, its extra objects reported.
 			var current []*unstructured.Unstructured
 			if rec, err := member.ReadRecord(ctx, mcl, snap.Spec.Operator); err == nil && rec != nil {
@@ -62,7 +58,7 @@ again after an interruption and it resumes. Restoring twice changes nothing the 
 				}
 			}
 			journal := restore.NewConfigMapJournal(mcl, snap.Name)
-			rep, err := restore.Run(ctx, cfg, restore.Options{
+			rep, err := restore.Run(ctx, cl, restore.Options{
 				Header: hdr, Entries: entries, Current: current, Prune: prune, Journal: journal,
 				Log: func(f string, a ...any) {
 					if output == "table" {

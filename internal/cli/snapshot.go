@@ -12,7 +12,6 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/util/duration"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
@@ -34,8 +33,8 @@ the hub namespace; its encrypted payload lives in a store (hub Secrets, a folder
 	return cmd
 }
 
-// memberConfig returns the client configuration of a registered member.
-func memberConfig(ctx context.Context, c client.Client, h *hubFlags, cluster string) (*v1alpha1.MemberCluster, *rest.Config, error) {
+// memberCluster returns the access layer of a registered member.
+func memberCluster(ctx context.Context, c client.Client, h *hubFlags, cluster string) (*v1alpha1.MemberCluster, *member.Cluster, error) {
 	mc := &v1alpha1.MemberCluster{}
 	err := getHubObject(ctx, c, client.ObjectKey{Name: cluster}, mc, "member cluster",
 		h.prog+" clusters list; register one with: "+h.prog+" clusters add "+cluster+" --kubeconfig FILE")
@@ -43,17 +42,17 @@ func memberConfig(ctx context.Context, c client.Client, h *hubFlags, cluster str
 		return nil, nil, err
 	}
 	cfg, err := member.ConfigFor(ctx, c, mc)
-	return mc, cfg, err
+	if err != nil {
+		return nil, nil, err
+	}
+	cl, err := member.New(mc.Name, cfg)
+	return mc, cl, err
 }
 
 // captureOptionsFor works out what to capture for an operator on a member: the installed
 // release (from the member's record, or relName) and its manifests.
-func captureOptionsFor(ctx context.Context, c client.Client, cfg *rest.Config, ns, operator, relName string) (snapshot.Options, error) {
-	mcl, err := client.New(cfg, client.Options{Scheme: member.Scheme})
-	if err != nil {
-		return snapshot.Options{}, err
-	}
-	rec, err := member.ReadRecord(ctx, mcl, operator)
+func captureOptionsFor(ctx context.Context, c client.Client, cl *member.Cluster, ns, operator, relName string) (snapshot.Options, error) {
+	rec, err := member.ReadRecord(ctx, cl.Client, operator)
 	if err != nil {
 		return snapshot.Options{}, err
 	}
@@ -99,11 +98,11 @@ cluster and operator beyond --retention are deleted.`,
 			if err != nil {
 				return err
 			}
-			_, cfg, err := memberConfig(ctx, c, h, cluster)
+			_, cl, err := memberCluster(ctx, c, h, cluster)
 			if err != nil {
 				return err
 			}
-			opts, err := captureOptionsFor(ctx, c, cfg, h.ns(), operator, relName)
+			opts, err := captureOptionsFor(ctx, c, cl, h.ns(), operator, relName)
 			if err != nil {
 				return err
 			}
@@ -111,7 +110,7 @@ cluster and operator beyond --retention are deleted.`,
 				reason = "manual (rewind snapshot take)"
 			}
 			hub := &snapshot.Hub{Client: c}
-			snap, err := hub.Take(ctx, cfg, snapshot.Request{
+			snap, err := hub.Take(ctx, cl, snapshot.Request{
 				Name: name, Namespace: h.ns(), Cluster: cluster, Reason: reason, StoreURL: storeURL, Retention: retention, Capture: opts,
 			})
 			if err != nil {
@@ -333,11 +332,11 @@ changed with the fields that differ. Secret values are shown as <redacted>.`,
 			var to []snapshot.Entry
 			target := "the live cluster " + snap.Spec.Cluster
 			if live {
-				_, cfg, err := memberConfig(ctx, c, h, snap.Spec.Cluster)
+				_, cl, err := memberCluster(ctx, c, h, snap.Spec.Cluster)
 				if err != nil {
 					return err
 				}
-				opts, err := captureOptionsFor(ctx, c, cfg, h.ns(), snap.Spec.Operator, snap.Spec.Release)
+				opts, err := captureOptionsFor(ctx, c, cl, h.ns(), snap.Spec.Operator, snap.Spec.Release)
 				if err != nil {
 					return err
 				}
@@ -345,7 +344,7 @@ changed with the fields that differ. Secret values are shown as <redacted>.`,
 					opts.Namespace = hdr.Namespace
 				}
 				var buf bytes.Buffer
-				if _, err := snapshot.Capture(ctx, cfg, opts, &buf); err != nil {
+				if _, err := snapshot.Capture(ctx, cl, opts, &buf); err != nil {
 					return err
 				}
 				if _, to, err = snapshot.ReadAll(&buf); err != nil {

@@ -2,6 +2,7 @@
 package controller
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/member"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -88,11 +90,12 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 
 // setupReconcilers registers every reconciler with the manager.
 func setupReconcilers(mgr ctrl.Manager, o Options) error {
-	if err := (&MemberClusterReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
+	members := &member.Cache{Hub: hubReader{Client: mgr.GetClient(), reader: mgr.GetAPIReader()}}
+	if err := (&MemberClusterReconciler{Client: mgr.GetClient(), Members: members}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the MemberCluster controller: %w", err)
 	}
 	ro := &RolloutReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("rewind-rollout"),
-		CrashAt: o.CrashAt, GatePoll: o.GatePoll}
+		CrashAt: o.CrashAt, GatePoll: o.GatePoll, Members: members}
 	if err := ro.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the Rollout controller: %w", err)
 	}
@@ -106,3 +109,17 @@ func setupReconcilers(mgr ctrl.Manager, o Options) error {
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+
+// hubReader reads Secrets straight from the API server (the manager caches only the labelled
+// ones) and everything else from the manager's cache.
+type hubReader struct {
+	client.Client
+	reader client.Reader
+}
+
+func (h hubReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*corev1.Secret); ok {
+		return h.reader.Get(ctx, key, obj, opts...)
+	}
+	return h.Client.Get(ctx, key, obj, opts...)
+}

@@ -28,9 +28,8 @@ const DefaultCheckInterval = 30 * time.Second
 // version, and its installed-version records, mirrored into status.
 type MemberClusterReconciler struct {
 	client.Client
-	// APIReader reads kubeconfig Secrets straight from the API server, so the manager does not
-	// cache every Secret of the hub.
-	APIReader client.Reader
+	// Members gives access to member clusters (it reads kubeconfig Secrets uncached).
+	Members *member.Cache
 	// CheckTimeout bounds one check of a member.
 	CheckTimeout time.Duration
 	// Now is the clock (tests inject one).
@@ -58,7 +57,7 @@ func (r *MemberClusterReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	mc.Status.LastCheckTime = &now
 	mc.Status.ObservedGeneration = mc.Generation
 
-	cfg, err := member.ConfigFor(ctx, r.APIReader, mc)
+	cl, err := r.Members.For(ctx, mc)
 	if err != nil {
 		var se *member.SecretError
 		if errors.As(err, &se) {
@@ -72,18 +71,17 @@ func (r *MemberClusterReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	if timeout == 0 {
 		timeout = 15 * time.Second
 	}
-	cfg.Timeout = timeout
 	checkCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	info, err := member.Check(checkCtx, cfg)
+	info, err := cl.Check(checkCtx)
 	if err != nil {
-		r.setUnreachable(mc, v1alpha1.ReasonUnreachable, fmt.Sprintf("cannot reach the member's API server %s: %v", cfg.Host, err))
+		r.setUnreachable(mc, v1alpha1.ReasonUnreachable, fmt.Sprintf("cannot reach the member's API server %s: %v", cl.Host(), err))
 		return ctrl.Result{RequeueAfter: interval}, nil
 	}
 	mc.Status.ClusterID = info.ClusterID
 	mc.Status.ServerVersion = info.ServerVersion
 	mc.Status.Installed = member.Installed(info.Records)
-	msg := fmt.Sprintf("API server %s answered (Kubernetes %s)", cfg.Host, info.ServerVersion)
+	msg := fmt.Sprintf("API server %s answered (Kubernetes %s)", cl.Host(), info.ServerVersion)
 	meta.SetStatusCondition(&mc.Status.Conditions, metav1.Condition{
 		Type: v1alpha1.ConditionReachable, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonConnected,
 		Message: msg, ObservedGeneration: mc.Generation,

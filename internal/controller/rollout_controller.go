@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -20,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/member"
 	"github.com/rewind-dev/rewind/internal/release"
 )
 
@@ -43,9 +43,8 @@ type RolloutReconciler struct {
 	// CrashAt, when it returns true for a cluster and step, makes the reconciler stop right
 	// after recording that the step started (tests of crash safety).
 	CrashAt func(cluster, step string) bool
-
-	mu      sync.Mutex
-	members map[string]*memberConn
+	// Members gives access to member clusters.
+	Members *member.Cache
 }
 
 func (r *RolloutReconciler) now() time.Time {

@@ -13,8 +13,10 @@ const (
 	StepSnapshot       = "Snapshot"
 	StepApplyCRDs      = "ApplyCRDs"
 	StepApplyRBAC      = "ApplyRBAC"
+	StepApplyConfig    = "ApplyConfig"
 	StepApplyWebhooks  = "ApplyWebhooks"
 	StepApplyWorkloads = "ApplyWorkloads"
+	StepApplyOthers    = "ApplyOthers"
 	StepHealthGate     = "HealthGate"
 	StepRecord         = "Record"
 	StepDone           = "Done"
@@ -25,7 +27,7 @@ const (
 
 // UpgradeSteps and RestoreSteps are the per-cluster state machines, in order.
 var (
-	UpgradeSteps = []string{StepPrecheck, StepSnapshot, StepApplyCRDs, StepApplyRBAC, StepApplyWebhooks, StepApplyWorkloads, StepHealthGate, StepRecord, StepDone}
+	UpgradeSteps = []string{StepPrecheck, StepSnapshot, StepApplyCRDs, StepApplyRBAC, StepApplyConfig, StepApplyWebhooks, StepApplyWorkloads, StepApplyOthers, StepHealthGate, StepRecord, StepDone}
 	RestoreSteps = []string{StepRestore, StepApplyRelease, StepHealthGate, StepRecord, StepDone}
 )
 

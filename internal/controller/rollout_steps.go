@@ -2,24 +2,15 @@ package controller
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
@@ -32,69 +23,9 @@ import (
 	"github.com/rewind-dev/rewind/internal/snapshot"
 )
 
-// memberConn is a cached connection to one member cluster.
-type memberConn struct {
-	// credentials is a hash of the kubeconfig's server and credentials.
-	credentials string
-	cfg         *rest.Config
-	client      client.Client
-	dyn         dynamic.Interface
-	mapper      *restmapper.DeferredDiscoveryRESTMapper
-}
-
-// conn returns a connection to a member, rebuilt when its kubeconfig Secret changes.
-func (r *RolloutReconciler) conn(ctx context.Context, name string) (*memberConn, error) {
-	mc := &v1alpha1.MemberCluster{}
-	if err := r.Get(ctx, client.ObjectKey{Name: name}, mc); err != nil {
-		return nil, fmt.Errorf("MemberCluster %s: %w", name, err)
-	}
-	cfg, err := member.ConfigFor(ctx, r.APIReader, mc)
-	if err != nil {
-		return nil, err
-	}
-	cfg.Timeout = 20 * time.Second
-	// The connection is rebuilt whenever anything in the kubeconfig changes.
-	sum := sha256.New()
-	for _, part := range [][]byte{[]byte(cfg.Host), []byte(cfg.BearerToken), cfg.CAData, cfg.CertData, cfg.KeyData} {
-		sum.Write(part)
-		sum.Write([]byte{0})
-	}
-	key := hex.EncodeToString(sum.Sum(nil))
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.members == nil {
-		r.members = map[string]*memberConn{}
-	}
-	if c := r.members[name]; c != nil && c.credentials == key {
-		return c, nil
-	}
-	cl, err := client.New(cfg, client.Options{Scheme: member.Scheme})
-	if err != nil {
-		return nil, err
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	c := &memberConn{credentials: key, cfg: cfg, client: cl, dyn: dyn, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))}
-	r.members[name] = c
-	return c, nil
-}
-
-func (c *memberConn) gvr(gvk schema.GroupVersionKind) (schema.GroupVersionResource, bool, error) {
-	m, err := c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-	if err != nil && meta.IsNoMatchError(err) {
-		c.mapper.Reset()
-		m, err = c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-	}
-	if err != nil {
-		return schema.GroupVersionResource{}, false, err
-	}
-	return m.Resource, m.Scope.Name() == meta.RESTScopeNameNamespace, nil
+// conn returns the member's access layer (clients and discovery, cached by credentials).
+func (r *RolloutReconciler) conn(ctx context.Context, name string) (*member.Cluster, error) {
+	return r.Members.Get(ctx, name)
 }
 
 // stepError is a per-cluster step failure. Terminal ones fail the cluster at once.
@@ -206,15 +137,14 @@ func (r *RolloutReconciler) runStep(ctx context.Context, s *scope, c *v1alpha1.C
 		return 0, r.precheck(ctx, s, c, mc)
 	case StepSnapshot:
 		return 0, r.takeSnapshot(ctx, s, c, mc)
-	case StepApplyCRDs, StepApplyRBAC, StepApplyWebhooks, StepApplyWorkloads:
-		stage := map[string]apply.Stage{StepApplyCRDs: apply.StageCRDs, StepApplyRBAC: apply.StageRBAC, StepApplyWebhooks: apply.StageWebhooks, StepApplyWorkloads: apply.StageWorkloads}[c.Step]
-		_, err := apply.Objects(ctx, mc.client, s.objs, apply.Options{Namespace: ns, Stages: []apply.Stage{stage}})
+	case StepApplyCRDs, StepApplyRBAC, StepApplyConfig, StepApplyWebhooks, StepApplyWorkloads, StepApplyOthers:
+		_, err := apply.Objects(ctx, mc, s.objs, apply.Options{Namespace: ns, Stages: stagesOf[c.Step]})
 		if err != nil {
 			return 0, unreachableAsTerminal(err, mc)
 		}
 		return 0, nil
 	case StepApplyRelease:
-		_, err := apply.Objects(ctx, mc.client, s.objs, apply.Options{Namespace: ns})
+		_, err := apply.Objects(ctx, mc, s.objs, apply.Options{Namespace: ns})
 		return 0, unreachableAsTerminal(err, mc)
 	case StepHealthGate:
 		res, err := r.checkHealth(ctx, s, c.Cluster)
@@ -238,7 +168,7 @@ func (r *RolloutReconciler) runStep(ctx context.Context, s *scope, c *v1alpha1.C
 		}
 		return poll, nil
 	case StepRecord:
-		return 0, member.WriteRecord(ctx, mc.client, member.Record{
+		return 0, member.WriteRecord(ctx, mc.Client, member.Record{
 			Operator: s.ro.Spec.Operator, Release: s.rel.Name, Version: s.rel.Spec.Version, Namespace: ns,
 			Image: s.rel.Spec.Image, GitCommit: s.rel.Spec.GitCommit, Digest: s.rel.Spec.Digest,
 			ChartVersion: chartVersion(s.rel), BundleVersion: bundleVersion(s.rel),
@@ -250,25 +180,25 @@ func (r *RolloutReconciler) runStep(ctx context.Context, s *scope, c *v1alpha1.C
 	return 0, fmt.Errorf("unknown step %q", c.Step)
 }
 
+// stagesOf are the apply stages of each apply step.
+var stagesOf = map[string][]apply.Stage{
+	StepApplyCRDs:      {apply.StageCRDs},
+	StepApplyRBAC:      {apply.StageNamespaces, apply.StageRBAC},
+	StepApplyConfig:    {apply.StageConfig},
+	StepApplyWebhooks:  {apply.StageWebhooks},
+	StepApplyWorkloads: {apply.StageWorkloads},
+	StepApplyOthers:    {apply.StageOthers},
+}
+
 // unreachableAsTerminal fails a cluster at once when its API server cannot be reached.
-func unreachableAsTerminal(err error, mc *memberConn) error {
+func unreachableAsTerminal(err error, mc *member.Cluster) error {
 	if err == nil {
 		return nil
 	}
-	if isConnectionError(err) {
-		return terminalf("member API server %s is unreachable: %v", mc.cfg.Host, err)
+	if member.IsUnreachable(err) {
+		return terminalf("member API server %s is unreachable: %v", mc.Host(), err)
 	}
 	return err
-}
-
-func isConnectionError(err error) bool {
-	msg := err.Error()
-	for _, s := range []string{"connection refused", "no such host", "i/o timeout", "context deadline exceeded", "connect: "} {
-		if strings.Contains(msg, s) {
-			return true
-		}
-	}
-	return false
 }
 
 func chartVersion(rel *v1alpha1.OperatorRelease) string {
@@ -287,8 +217,17 @@ func bundleVersion(rel *v1alpha1.OperatorRelease) string {
 
 // precheck: reachable, installed record says the previous release (or nothing on a first
 // install) or already the desired one, and no drift.
-func (r *RolloutReconciler) precheck(ctx context.Context, s *scope, c *v1alpha1.ClusterProgress, mc *memberConn) error {
-	rec, err := member.ReadRecord(ctx, mc.client, s.ro.Spec.Operator)
+func (r *RolloutReconciler) precheck(ctx context.Context, s *scope, c *v1alpha1.ClusterProgress, mc *member.Cluster) error {
+	// Every kind of the release must be served by the member, or defined by the release's
+	// own CRDs: otherwise the apply would stop half-way.
+	if _, err := mc.Scoped(s.objs, s.ro.Spec.InstallNamespace); err != nil {
+		var kinds *member.KindsNotServedError
+		if errors.As(err, &kinds) {
+			return terminalf("precheck: release %s: %v", s.rel.Name, err)
+		}
+		return unreachableAsTerminal(err, mc)
+	}
+	rec, err := member.ReadRecord(ctx, mc.Client, s.ro.Spec.Operator)
 	if err != nil {
 		return unreachableAsTerminal(err, mc)
 	}
@@ -321,12 +260,12 @@ func (r *RolloutReconciler) precheck(ctx context.Context, s *scope, c *v1alpha1.
 	return nil
 }
 
-func (r *RolloutReconciler) driftAgainst(ctx context.Context, s *scope, mc *memberConn, rec *member.Record) ([]string, error) {
+func (r *RolloutReconciler) driftAgainst(ctx context.Context, s *scope, mc *member.Cluster, rec *member.Record) ([]string, error) {
 	rel, objs, err := release.Load(ctx, r.APIReader, s.ro.Namespace, rec.Release)
 	if err != nil {
 		return nil, err
 	}
-	return drift.Check(ctx, mc.client, rec, rel, objs)
+	return drift.Check(ctx, mc.Client, rec, rel, objs)
 }
 
 func (r *RolloutReconciler) hub() *snapshot.Hub {
@@ -353,7 +292,7 @@ func (d directClient) List(ctx context.Context, list client.ObjectList, opts ...
 }
 
 // takeSnapshot captures the cluster under the previous release (idempotent by name).
-func (r *RolloutReconciler) takeSnapshot(ctx context.Context, s *scope, c *v1alpha1.ClusterProgress, mc *memberConn) error {
+func (r *RolloutReconciler) takeSnapshot(ctx context.Context, s *scope, c *v1alpha1.ClusterProgress, mc *member.Cluster) error {
 	opts := snapshot.Options{Operator: s.ro.Spec.Operator, Namespace: s.ro.Spec.InstallNamespace}
 	if c.FromRelease != "" {
 		rel, objs, err := release.Load(ctx, r.APIReader, s.ro.Namespace, c.FromRelease)
@@ -366,7 +305,7 @@ func (r *RolloutReconciler) takeSnapshot(ctx context.Context, s *scope, c *v1alp
 		opts.Manifests = s.objs
 	}
 	retention := int(s.ro.Spec.SnapshotRetention)
-	snap, err := r.hub().Take(ctx, mc.cfg, snapshot.Request{
+	snap, err := r.hub().Take(ctx, mc, snapshot.Request{
 		Name: c.Snapshot, Namespace: s.ro.Namespace, Cluster: c.Cluster, Rollout: s.ro.Namespace + "/" + s.ro.Name,
 		Reason: fmt.Sprintf("before rollout %s/%s installs %s", s.ro.Namespace, s.ro.Name, s.ro.Spec.Release), Retention: retention,
 		Capture: opts,
@@ -384,7 +323,7 @@ func (r *RolloutReconciler) takeSnapshot(ctx context.Context, s *scope, c *v1alp
 
 // restoreCluster returns the cluster to its snapshot; the restore's journal lives in the
 // cluster's status (restoreSteps), patched after every restore step.
-func (r *RolloutReconciler) restoreCluster(ctx context.Context, s *scope, c *v1alpha1.ClusterProgress, mc *memberConn) error {
+func (r *RolloutReconciler) restoreCluster(ctx context.Context, s *scope, c *v1alpha1.ClusterProgress, mc *member.Cluster) error {
 	snap := &v1alpha1.Snapshot{}
 	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: s.ro.Namespace, Name: c.Snapshot}, snap); err != nil {
 		return terminalf("snapshot %s to restore: %v", c.Snapshot, err)
@@ -396,7 +335,7 @@ func (r *RolloutReconciler) restoreCluster(ctx context.Context, s *scope, c *v1a
 	// The release installed now (being rolled back from; the record may still name an
 	// earlier one if the change failed before its Record step): its Deployments are quiesced.
 	var current []*unstructured.Unstructured
-	if rec, err := member.ReadRecord(ctx, mc.client, s.ro.Spec.Operator); err == nil && rec != nil && rec.Release != c.ToRelease {
+	if rec, err := member.ReadRecord(ctx, mc.Client, s.ro.Spec.Operator); err == nil && rec != nil && rec.Release != c.ToRelease {
 		if _, objs, err := release.Load(ctx, r.APIReader, s.ro.Namespace, rec.Release); err == nil {
 			current = objs
 		}
@@ -407,7 +346,7 @@ func (r *RolloutReconciler) restoreCluster(ctx context.Context, s *scope, c *v1a
 		}
 	}
 	start := time.Now()
-	_, err = restore.Run(ctx, mc.cfg, restore.Options{
+	_, err = restore.Run(ctx, mc, restore.Options{
 		Header: hdr, Entries: entries, Current: current, Prune: s.ro.Spec.PruneOnRollback,
 		Journal: &statusJournal{s: s, c: c.Cluster},
 	})
@@ -437,18 +376,8 @@ func (r *RolloutReconciler) checkHealth(ctx context.Context, s *scope, cluster s
 	if err != nil {
 		return health.Result{}, err
 	}
-	applied := make([]*unstructured.Unstructured, 0, len(s.objs))
-	for _, o := range s.objs {
-		u := o.DeepCopy()
-		if u.GetNamespace() == "" {
-			if _, namespaced, err := mc.gvr(u.GroupVersionKind()); err == nil && namespaced {
-				u.SetNamespace(s.ro.Spec.InstallNamespace)
-			}
-		}
-		applied = append(applied, u)
-	}
-	return health.Check(ctx, mc.dyn, mc.gvr, health.Target{
-		Applied: applied, OperatorImage: s.rel.Spec.Image, CRDs: s.rel.Status.CRDs,
+	return health.Check(ctx, mc, health.Target{
+		Applied: s.objs, Namespace: s.ro.Spec.InstallNamespace, OperatorImage: s.rel.Spec.Image, CRDs: s.rel.Status.CRDs,
 		SkipCustomResources: s.ro.Spec.HealthGates.SkipCustomResources, CEL: s.ro.Spec.HealthGates.CEL,
 	})
 }

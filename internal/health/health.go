@@ -16,15 +16,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/member"
 )
 
 // Target says what to check on one cluster.
 type Target struct {
-	// Applied are the objects the release applied (namespaces defaulted).
+	// Applied are the objects the release applied.
 	Applied []*unstructured.Unstructured
+	// Namespace is the install namespace: namespaced applied objects without one live there.
+	Namespace string
 	// OperatorImage identifies the operator Deployment(s): those running this image.
 	OperatorImage string
 	// CRDs are the release's CRDs; their custom resources are checked.
@@ -57,18 +59,23 @@ func (r Result) Summary() string {
 	return strings.Join(p, "; ") + more
 }
 
-// Check evaluates every gate once against the cluster of dyn.
-func Check(ctx context.Context, dyn dynamic.Interface, mapper func(schema.GroupVersionKind) (schema.GroupVersionResource, bool, error), t Target) (Result, error) {
+// Check evaluates every gate once against the member. Applied objects are looked up by their
+// kind's scope on the member (see member.Cluster.Scoped), whatever kind they are.
+func Check(ctx context.Context, cl *member.Cluster, t Target) (Result, error) {
 	var res Result
+	progs, err := CompileCEL(t.CEL)
+	if err != nil {
+		return res, err
+	}
+	applied, err := cl.Scoped(t.Applied, t.Namespace)
+	if err != nil {
+		return res, err
+	}
 	operatorFound := false
-	for _, a := range t.Applied {
-		gvr, namespaced, err := mapper(a.GroupVersionKind())
+	for _, a := range applied {
+		ri, _, err := cl.ResourceClient(cl.Dynamic, a)
 		if err != nil {
 			return res, err
-		}
-		var ri dynamic.ResourceInterface = dyn.Resource(gvr)
-		if namespaced {
-			ri = dyn.Resource(gvr).Namespace(a.GetNamespace())
 		}
 		live, err := ri.Get(ctx, a.GetName(), metav1.GetOptions{})
 		if err != nil {
@@ -93,10 +100,6 @@ func Check(ctx context.Context, dyn dynamic.Interface, mapper func(schema.GroupV
 	if t.OperatorImage != "" && !operatorFound {
 		res.Problems = append(res.Problems, fmt.Sprintf("no applied Deployment runs the operator image %s", t.OperatorImage))
 	}
-	progs, err := compileCEL(t.CEL)
-	if err != nil {
-		return res, err
-	}
 	for _, crd := range t.CRDs {
 		if t.SkipCustomResources && len(progs[crd.Kind]) == 0 {
 			continue
@@ -104,7 +107,7 @@ func Check(ctx context.Context, dyn dynamic.Interface, mapper func(schema.GroupV
 		gvr := schema.GroupVersionResource{Group: crd.Group, Version: crd.StorageVersion, Resource: strings.SplitN(crd.Name, ".", 2)[0]}
 		cont := ""
 		for {
-			l, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 500, Continue: cont})
+			l, err := cl.Dynamic.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 500, Continue: cont})
 			if err != nil {
 				return res, fmt.Errorf("listing %s: %w", crd.Name, err)
 			}
@@ -207,8 +210,8 @@ func (p celProgram) eval(u *unstructured.Unstructured) (bool, error) {
 	return bool(b), nil
 }
 
-// compileCEL compiles the CEL checks by kind; a bad expression is an error naming it.
-func compileCEL(checks []v1alpha1.CELCheck) (map[string][]celProgram, error) {
+// CompileCEL compiles the CEL checks by kind; a bad expression is an error naming it.
+func CompileCEL(checks []v1alpha1.CELCheck) (map[string][]celProgram, error) {
 	out := map[string][]celProgram{}
 	if len(checks) == 0 {
 		return out, nil

@@ -48,7 +48,7 @@ func TestCRReadiness(t *testing.T) {
 }
 
 func TestCELChecks(t *testing.T) {
-	progs, err := compileCEL([]v1alpha1.CELCheck{
+	progs, err := CompileCEL([]v1alpha1.CELCheck{
 		{Kind: "MySQLCluster", Expression: "self.status.readyReplicas >= 1"},
 		{Kind: "MySQLCluster", Expression: "!has(self.metadata.labels) || !('frozen' in self.metadata.labels)", Message: "frozen"},
 	})
@@ -65,7 +65,7 @@ func TestCELChecks(t *testing.T) {
 			t.Errorf("check %d on an unhealthy object must be false: %v %v", i, res, err)
 		}
 	}
-	if _, err := compileCEL([]v1alpha1.CELCheck{{Kind: "X", Expression: "self.("}}); err == nil || !strings.Contains(err.Error(), "spec.healthGates.cel") {
+	if _, err := CompileCEL([]v1alpha1.CELCheck{{Kind: "X", Expression: "self.("}}); err == nil || !strings.Contains(err.Error(), "spec.healthGates.cel") {
 		t.Fatalf("a bad expression must be refused naming the field, got %v", err)
 	}
 }

@@ -48,6 +48,10 @@ func Hub(ctx context.Context, c client.Client) error {
 	ns.SetAPIVersion("v1")
 	ns.SetKind("Namespace")
 	ns.SetName("rewind-system")
-	_, err = apply.Objects(ctx, c, append(crds, ns), apply.Options{})
-	return err
+	for _, u := range append(crds, ns) {
+		if err := apply.Apply(ctx, c, u); err != nil {
+			return err
+		}
+	}
+	return apply.WaitEstablished(ctx, c, crds, 0)
 }

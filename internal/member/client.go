@@ -3,15 +3,12 @@ package member
 import (
 	"context"
 	"fmt"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 )
@@ -49,9 +46,7 @@ func RESTConfigFromKubeconfig(data []byte) (*rest.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the kubeconfig has no usable current context: %w", err)
 	}
-	cfg.Timeout = 15 * time.Second
-	cfg.QPS = 100
-	cfg.Burst = 200
+	cfg.Timeout = RequestTimeout
 	return cfg, nil
 }
 
@@ -62,29 +57,21 @@ type Info struct {
 	Records       []Record
 }
 
-// Check connects to a member and reads its identity and installed-version records.
-func Check(ctx context.Context, cfg *rest.Config) (*Info, error) {
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	v, err := dc.ServerVersion()
+// Check reads the member's identity and installed-version records.
+func (c *Cluster) Check(ctx context.Context) (*Info, error) {
+	v, err := c.discovery.ServerVersion()
 	if err != nil {
 		return nil, fmt.Errorf("reading the server version: %w", err)
 	}
-	c, err := client.New(cfg, client.Options{Scheme: Scheme})
+	id, err := c.ClusterID(ctx)
 	if err != nil {
 		return nil, err
 	}
-	ns := &corev1.Namespace{}
-	if err := c.Get(ctx, client.ObjectKey{Name: "kube-system"}, ns); err != nil {
-		return nil, fmt.Errorf("reading namespace kube-system for the cluster ID: %w", err)
-	}
-	recs, err := ListRecords(ctx, c)
+	recs, err := ListRecords(ctx, c.Client)
 	if err != nil {
 		return nil, err
 	}
-	return &Info{ClusterID: string(ns.UID), ServerVersion: v.GitVersion, Records: recs}, nil
+	return &Info{ClusterID: id, ServerVersion: v.GitVersion, Records: recs}, nil
 }
 
 // Installed converts records to their API form.

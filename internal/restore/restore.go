@@ -11,18 +11,14 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/restmapper"
 
+	"github.com/rewind-dev/rewind/internal/member"
 	"github.com/rewind-dev/rewind/internal/snapshot"
 )
 
@@ -187,11 +183,10 @@ const (
 
 // restorer carries one restore.
 type restorer struct {
-	o      Options
-	dyn    dynamic.Interface
-	meta   metadata.Interface
-	dc     discovery.DiscoveryInterface
-	mapper *restmapper.DeferredDiscoveryRESTMapper
+	o    Options
+	cl   *member.Cluster
+	dyn  dynamic.Interface
+	meta metadata.Interface
 	// cmp compares snapshot objects with live ones (with the snapshot CRDs' defaults).
 	cmp *Comparer
 	rep *Report
@@ -203,6 +198,8 @@ type restorer struct {
 	byUID map[types.UID]snapshot.Entry
 
 	crdGVR map[schema.GroupKind]schema.GroupVersionResource
+	// crdClusterScoped holds the kinds of the snapshot's CRDs that are cluster-scoped.
+	crdClusterScoped map[schema.GroupKind]bool
 	// crUIDsKnown says the CR step ran in this run, so uids maps every snapshot CR.
 	crUIDsKnown bool
 	// held are objects the quiesce step took over (operator Deployments, webhooks); the
@@ -210,8 +207,9 @@ type restorer struct {
 	held map[string]bool
 }
 
-// Run restores the cluster of cfg to the snapshot.
-func Run(ctx context.Context, cfg *rest.Config, o Options) (*Report, error) {
+// Run restores the member to the snapshot. Its writes go through the member's bulk client
+// (bounded by Parallelism writers, not by a client-side rate limit).
+func Run(ctx context.Context, cl *member.Cluster, o Options) (*Report, error) {
 	start := time.Now()
 	if o.Parallelism <= 0 {
 		o.Parallelism = 16
@@ -225,29 +223,13 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) (*Report, error) {
 	if o.Log == nil {
 		o.Log = func(string, ...any) {}
 	}
-	cfg = rest.CopyConfig(cfg)
-	// A restore is a bulk write bounded by Parallelism writers: the client's rate limiter must
-	// not be what bounds it (the API server's flow control protects the server).
-	cfg.QPS = -1 // client-go: no client-side rate limiter
-
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	mc, err := metadata.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
 	r := &restorer{
-		o: o, dyn: dyn, meta: mc, dc: dc, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc)),
+		o: o, cl: cl, dyn: cl.Bulk, meta: cl.Metadata,
 		rep:   &Report{Kinds: map[string]*KindReport{}},
 		uids:  map[types.UID]types.UID{},
 		byUID: map[types.UID]snapshot.Entry{}, crdGVR: map[schema.GroupKind]schema.GroupVersionResource{},
-		held: map[string]bool{},
+		crdClusterScoped: map[schema.GroupKind]bool{},
+		held:             map[string]bool{},
 	}
 	var crds []*unstructured.Unstructured
 	for _, e := range o.Entries {
@@ -264,7 +246,10 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) (*Report, error) {
 			group, _, _ := unstructured.NestedString(e.Object.Object, "spec", "group")
 			kind, _, _ := unstructured.NestedString(e.Object.Object, "spec", "names", "kind")
 			plural, _, _ := unstructured.NestedString(e.Object.Object, "spec", "names", "plural")
-			r.crdGVR[schema.GroupKind{Group: group, Kind: kind}] = schema.GroupVersionResource{Group: group, Version: snapshot.StorageVersion(e.Object), Resource: plural}
+			scope, _, _ := unstructured.NestedString(e.Object.Object, "spec", "scope")
+			gk := schema.GroupKind{Group: group, Kind: kind}
+			r.crdGVR[gk] = schema.GroupVersionResource{Group: group, Version: snapshot.StorageVersion(e.Object), Resource: plural}
+			r.crdClusterScoped[gk] = scope == "Cluster"
 		}
 	}
 	r.markHeld()
@@ -330,17 +315,13 @@ func keyOf(u *unstructured.Unstructured) string {
 // gvrFor maps an object's kind to its resource; CR kinds come from the snapshot's CRDs.
 func (r *restorer) gvrFor(gvk schema.GroupVersionKind) (schema.GroupVersionResource, bool, error) {
 	if gvr, ok := r.crdGVR[gvk.GroupKind()]; ok {
-		return gvr, true, nil
+		return gvr, !r.crdClusterScoped[gvk.GroupKind()], nil
 	}
-	m, err := r.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-	if err != nil && meta.IsNoMatchError(err) {
-		r.mapper.Reset()
-		m, err = r.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-	}
+	res, err := r.cl.Resource(gvk)
 	if err != nil {
 		return schema.GroupVersionResource{}, false, fmt.Errorf("mapping %s: %w", gvk, err)
 	}
-	return m.Resource, m.Scope.Name() == meta.RESTScopeNameNamespace, nil
+	return res.GVR, res.Namespaced, nil
 }
 
 func (r *restorer) resource(u *unstructured.Unstructured) (dynamic.ResourceInterface, error) {

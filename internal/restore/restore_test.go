@@ -17,11 +17,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/rewind-dev/rewind/internal/apply"
-	"github.com/rewind-dev/rewind/internal/member"
 	"github.com/rewind-dev/rewind/internal/restore"
 	"github.com/rewind-dev/rewind/internal/snapshot"
 	"github.com/rewind-dev/rewind/internal/testbed"
@@ -75,11 +73,7 @@ func dyn(t *testing.T) dynamic.Interface {
 func setup(t *testing.T) {
 	t.Helper()
 	ctx := t.Context()
-	c, err := client.New(env.Members[0].RESTConfig(), client.Options{Scheme: member.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := apply.Objects(ctx, c, manifests(), apply.Options{Namespace: "mysql-system"}); err != nil {
+	if _, err := apply.Objects(ctx, testenv.Member(t, env.Members[0]), manifests(), apply.Options{Namespace: "mysql-system"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := testfixture.Populate(ctx, env.Members[0].RESTConfig(), testfixture.Options{Namespaces: namespaces, Count: 30, Children: true}); err != nil {
@@ -90,7 +84,7 @@ func setup(t *testing.T) {
 func take(t *testing.T) (snapshot.Header, []snapshot.Entry) {
 	t.Helper()
 	var buf bytes.Buffer
-	_, err := snapshot.Capture(t.Context(), env.Members[0].RESTConfig(), snapshot.Options{
+	_, err := snapshot.Capture(t.Context(), testenv.Member(t, env.Members[0]), snapshot.Options{
 		Operator: "mysql-operator", Release: "mysql-v1", Version: "1.0.0", Namespace: "mysql-system", Manifests: manifests(),
 	}, &buf)
 	if err != nil {
@@ -271,7 +265,7 @@ func resourceOf(gvk schema.GroupVersionKind) schema.GroupVersionResource {
 
 func run(t *testing.T, h snapshot.Header, entries []snapshot.Entry, j restore.Journal, stopAfter string) (*restore.Report, error) {
 	t.Helper()
-	return restore.Run(t.Context(), env.Members[0].RESTConfig(), restore.Options{
+	return restore.Run(t.Context(), testenv.Member(t, env.Members[0]), restore.Options{
 		Header: h, Entries: entries, Current: manifests(), Journal: j, StopAfter: stopAfter,
 	})
 }
@@ -382,7 +376,7 @@ func TestRestore(t *testing.T) {
 		if ip, _, _ := unstructured.NestedString(svc.Object, "spec", "clusterIP"); ip == "" || ip == "None" {
 			t.Fatalf("the replaced Service should have an allocated cluster IP, has %q", ip)
 		}
-		rep, err := restore.Run(t.Context(), env.Members[0].RESTConfig(), restore.Options{
+		rep, err := restore.Run(t.Context(), testenv.Member(t, env.Members[0]), restore.Options{
 			Header: h, Entries: entries, Current: manifests(), Prune: true,
 		})
 		if err != nil {

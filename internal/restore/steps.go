@@ -433,7 +433,7 @@ func (r *restorer) restoreCRD(ctx context.Context, snap *unstructured.Unstructur
 		return fmt.Errorf("applying the snapshot's definition: %w", err)
 	}
 	r.rep.count(snap.GroupVersionKind(), outRestored)
-	r.mapper.Reset()
+	r.cl.ResetMapper()
 	return r.waitEstablished(ctx, snap.GetName())
 }
 
@@ -450,7 +450,7 @@ func deepCopyMap(m map[string]any) map[string]any {
 // resource, i.e. the API server writes new objects at it.
 func (r *restorer) waitStorageVersion(ctx context.Context, group, version, plural, kind string) error {
 	want := storageVersionHash(group, version, kind)
-	dc := r.dc
+	dc := r.cl.LiveDiscovery()
 	var last string
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		list, err := dc.ServerResourcesForGroupVersion(group + "/" + version)
@@ -692,7 +692,7 @@ func (r *restorer) findCreatedSince(ctx context.Context) ([]*unstructured.Unstru
 		}
 	}
 	for _, gvr := range r.o.OwnedKinds {
-		gvk, err := r.mapper.KindFor(gvr)
+		gvk, err := r.cl.Mapper().KindFor(gvr)
 		if err != nil {
 			return nil, fmt.Errorf("mapping %s: %w", gvr, err)
 		}
@@ -718,7 +718,10 @@ func (r *restorer) findCreatedSince(ctx context.Context) ([]*unstructured.Unstru
 		if err != nil {
 			continue
 		}
-		if namespaced && probe.GetNamespace() == "" {
+		switch {
+		case !namespaced:
+			probe.SetNamespace("")
+		case probe.GetNamespace() == "":
 			probe.SetNamespace(r.o.Header.Namespace)
 		}
 		ri, err := r.resource(probe)

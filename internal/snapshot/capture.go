@@ -22,9 +22,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
+
+	"github.com/rewind-dev/rewind/internal/member"
 )
 
 // DefaultOwnedKinds are the kinds searched for children of custom resources (by
@@ -85,7 +86,7 @@ type Result struct {
 // children stream to spool files on disk; and the UIDs that UID-chain discovery needs are
 // kept on disk in sorted runs (see chainIndex). What stays in memory per object is 2 bits
 // per candidate child, during the last step.
-func Capture(ctx context.Context, cfg *rest.Config, o Options, w io.Writer) (*Result, error) {
+func Capture(ctx context.Context, cl *member.Cluster, o Options, w io.Writer) (*Result, error) {
 	if o.PageSize <= 0 {
 		o.PageSize = 500
 	}
@@ -95,47 +96,25 @@ func Capture(ctx context.Context, cfg *rest.Config, o Options, w io.Writer) (*Re
 	if o.OwnedKinds == nil {
 		o.OwnedKinds = DefaultOwnedKinds
 	}
-	cfg = rest.CopyConfig(cfg)
-	if cfg.QPS < 100 {
-		cfg.QPS, cfg.Burst = 200, 400
-	}
-	// One REST client for the GETs (through a dynamic client) and the streamed LISTs, so
-	// both share one connection pool and one rate limiter.
-	rcfg := dynamic.ConfigFor(cfg)
-	rcfg.GroupVersion = nil
-	rcfg.ContentType, rcfg.AcceptContentTypes = "application/json", "application/json"
-	hc, err := rest.HTTPClientFor(rcfg)
+	sv, err := cl.ServerVersion(ctx)
 	if err != nil {
 		return nil, err
 	}
-	rc, err := rest.UnversionedRESTClientForConfigAndClient(rcfg, hc)
+	clusterID, err := cl.ClusterID(ctx)
 	if err != nil {
 		return nil, err
-	}
-	dyn := dynamic.New(rc)
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	sv, err := dc.ServerVersion()
-	if err != nil {
-		return nil, fmt.Errorf("reading the server version: %w", err)
-	}
-	kubeSystem, err := dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}).Get(ctx, "kube-system", metav1.GetOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("reading the cluster ID (kube-system UID): %w", err)
 	}
 	res := &Result{
-		Header: Header{Format: Format, ClusterID: string(kubeSystem.GetUID()), Operator: o.Operator,
+		Header: Header{Format: Format, ClusterID: clusterID, Operator: o.Operator,
 			Release: o.Release, Version: o.Version, Namespace: o.Namespace},
-		ServerVersion: sv.GitVersion,
+		ServerVersion: sv,
 	}
 	cw := &countingWriter{w: w}
 	enc := newEncoder(cw)
 	if err := enc.line(res.Header); err != nil {
 		return nil, err
 	}
-	c := &capturer{dyn: dyn, rc: rc, o: o, enc: enc, res: res, chains: newChainIndex(o.SpoolDir, 0), written: map[types.UID]struct{}{}}
+	c := &capturer{cl: cl, dyn: cl.Dynamic, rc: cl.Lists, o: o, enc: enc, res: res, chains: newChainIndex(o.SpoolDir, 0), written: map[types.UID]struct{}{}}
 	defer c.chains.close()
 
 	// 1. The release's CRDs, as they are live (storedVersions included).
@@ -195,6 +174,7 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 }
 
 type capturer struct {
+	cl     *member.Cluster
 	dyn    dynamic.Interface
 	rc     rest.Interface
 	o      Options
@@ -580,16 +560,21 @@ func (c *capturer) captureManifestObjects(ctx context.Context) error {
 		u   *unstructured.Unstructured
 	}
 	var refs []ref
+	defined := member.DefinedKinds(c.o.Manifests)
 	for _, m := range c.o.Manifests {
 		if m.GetKind() == "CustomResourceDefinition" {
 			continue
 		}
-		gvr, namespaced, err := c.resourceFor(m.GroupVersionKind())
-		if err != nil {
-			return err
+		res, err := c.cl.Resource(m.GroupVersionKind())
+		if _, own := defined[m.GroupVersionKind().GroupKind()]; own && member.IsNotServed(err) {
+			continue // a custom resource of a CRD the release installs, not installed yet
 		}
+		if err != nil {
+			return fmt.Errorf("snapshot: %s %s of the release: %w", m.GetKind(), m.GetName(), err)
+		}
+		gvr := res.GVR
 		ns := ""
-		if namespaced {
+		if res.Namespaced {
 			ns = m.GetNamespace()
 			if ns == "" {
 				ns = c.o.Namespace
@@ -642,40 +627,6 @@ func (c *capturer) captureManifestObjects(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// resourceFor maps the common kinds of operator manifests to their resources; others are
-// found by the plural-of-kind convention.
-func (c *capturer) resourceFor(gvk schema.GroupVersionKind) (schema.GroupVersionResource, bool, error) {
-	known := map[schema.GroupKind]struct {
-		res        string
-		namespaced bool
-	}{
-		{Kind: "Namespace"}:                                              {"namespaces", false},
-		{Kind: "ServiceAccount"}:                                         {"serviceaccounts", true},
-		{Kind: "Service"}:                                                {"services", true},
-		{Kind: "ConfigMap"}:                                              {"configmaps", true},
-		{Kind: "Secret"}:                                                 {"secrets", true},
-		{Kind: "PersistentVolumeClaim"}:                                  {"persistentvolumeclaims", true},
-		{Group: "apps", Kind: "Deployment"}:                              {"deployments", true},
-		{Group: "apps", Kind: "StatefulSet"}:                             {"statefulsets", true},
-		{Group: "apps", Kind: "DaemonSet"}:                               {"daemonsets", true},
-		{Group: "batch", Kind: "Job"}:                                    {"jobs", true},
-		{Group: "rbac.authorization.k8s.io", Kind: "Role"}:               {"roles", true},
-		{Group: "rbac.authorization.k8s.io", Kind: "RoleBinding"}:        {"rolebindings", true},
-		{Group: "rbac.authorization.k8s.io", Kind: "ClusterRole"}:        {"clusterroles", false},
-		{Group: "rbac.authorization.k8s.io", Kind: "ClusterRoleBinding"}: {"clusterrolebindings", false},
-		{Group: "admissionregistration.k8s.io", Kind: "ValidatingWebhookConfiguration"}: {"validatingwebhookconfigurations", false},
-		{Group: "admissionregistration.k8s.io", Kind: "MutatingWebhookConfiguration"}:   {"mutatingwebhookconfigurations", false},
-		{Group: "policy", Kind: "PodDisruptionBudget"}:                                  {"poddisruptionbudgets", true},
-		{Group: "coordination.k8s.io", Kind: "Lease"}:                                   {"leases", true},
-		{Group: "networking.k8s.io", Kind: "NetworkPolicy"}:                             {"networkpolicies", true},
-		{Group: "scheduling.k8s.io", Kind: "PriorityClass"}:                             {"priorityclasses", false},
-	}
-	if k, ok := known[gvk.GroupKind()]; ok {
-		return gvk.GroupVersion().WithResource(k.res), k.namespaced, nil
-	}
-	return schema.GroupVersionResource{}, false, fmt.Errorf("snapshot: the release defines a %s, which rewind does not know how to capture yet", gvk)
 }
 
 // spool holds the candidate children (objects of the owned kinds that have an owner) in

@@ -12,10 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/internal/apply"
-	"github.com/rewind-dev/rewind/internal/member"
 	"github.com/rewind-dev/rewind/internal/snapshot"
 	"github.com/rewind-dev/rewind/internal/testbed"
 	"github.com/rewind-dev/rewind/internal/testbed/testenv"
@@ -42,12 +40,7 @@ func mysqlFixture(t *testing.T) {
 	fixtureOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		c, err := client.New(env.Members[0].RESTConfig(), client.Options{Scheme: member.Scheme})
-		if err != nil {
-			fixtureErr = err
-			return
-		}
-		if _, err := apply.Objects(ctx, c, []*unstructured.Unstructured{testfixture.MySQLCRD()}, apply.Options{}); err != nil {
+		if _, err := apply.Objects(ctx, testenv.Member(t, env.Members[0]), []*unstructured.Unstructured{testfixture.MySQLCRD()}, apply.Options{}); err != nil {
 			fixtureErr = err
 			return
 		}
@@ -70,7 +63,7 @@ func captureOpts() snapshot.Options {
 func capture(t *testing.T) ([]byte, *snapshot.Result) {
 	t.Helper()
 	var buf bytes.Buffer
-	res, err := snapshot.Capture(t.Context(), env.Members[0].RESTConfig(), captureOpts(), &buf)
+	res, err := snapshot.Capture(t.Context(), testenv.Member(t, env.Members[0]), captureOpts(), &buf)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"sort"
 	"strings"
 	"time"
@@ -12,10 +13,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/member"
 	"github.com/rewind-dev/rewind/internal/snapshot/payload"
 )
 
@@ -46,6 +47,8 @@ type Request struct {
 	Retention int
 	// Capture says what to capture.
 	Capture Options
+	// Labels are added to the Snapshot's (a rollout's snapshots carry its name and revision).
+	Labels map[string]string
 }
 
 // Hub is what taking and reading snapshots needs of the hub.
@@ -79,7 +82,7 @@ func GenerateName(cluster, operator string, t time.Time) string {
 
 // Take captures the member of cfg, stores the encrypted payload and records a Snapshot in the
 // hub with its metadata. It is idempotent by name.
-func (h *Hub) Take(ctx context.Context, cfg *rest.Config, r Request) (*v1alpha1.Snapshot, error) {
+func (h *Hub) Take(ctx context.Context, cl *member.Cluster, r Request) (*v1alpha1.Snapshot, error) {
 	if r.Name == "" {
 		r.Name = GenerateName(r.Cluster, r.Capture.Operator, time.Now())
 	}
@@ -94,10 +97,12 @@ func (h *Hub) Take(ctx context.Context, cfg *rest.Config, r Request) (*v1alpha1.
 			return snap, nil
 		}
 	case apierrors.IsNotFound(err):
+		labels := map[string]string{LabelCluster: r.Cluster, LabelOperator: r.Capture.Operator}
+		maps.Copy(labels, r.Labels)
 		snap = &v1alpha1.Snapshot{
 			ObjectMeta: metav1.ObjectMeta{
 				Name: r.Name, Namespace: r.Namespace,
-				Labels: map[string]string{LabelCluster: r.Cluster, LabelOperator: r.Capture.Operator},
+				Labels: labels,
 			},
 			Spec: v1alpha1.SnapshotSpec{
 				Cluster: r.Cluster, Operator: r.Capture.Operator, Release: r.Capture.Release, Version: r.Capture.Version,
@@ -133,7 +138,7 @@ func (h *Hub) Take(ctx context.Context, cfg *rest.Config, r Request) (*v1alpha1.
 			done <- outcome{err: err}
 			return
 		}
-		res, err := Capture(ctx, cfg, r.Capture, w)
+		res, err := Capture(ctx, cl, r.Capture, w)
 		if err == nil {
 			err = w.Close()
 		}

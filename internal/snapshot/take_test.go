@@ -26,7 +26,7 @@ func hubClient(t *testing.T) client.Client {
 
 func take(t *testing.T, hub *snapshot.Hub, ns, name string, retention int) *v1alpha1.Snapshot {
 	t.Helper()
-	snap, err := hub.Take(t.Context(), env.Members[0].RESTConfig(), snapshot.Request{
+	snap, err := hub.Take(t.Context(), testenv.Member(t, env.Members[0]), snapshot.Request{
 		Name: name, Namespace: ns, Cluster: "member1", Reason: "test", Retention: retention, Capture: captureOpts(),
 	})
 	if err != nil {

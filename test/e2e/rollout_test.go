@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -481,8 +482,7 @@ func TestMemberLostMidRollout(t *testing.T) {
 }
 
 func TestCrashAtEachStep(t *testing.T) {
-	upgrade := []string{controller.StepPrecheck, controller.StepSnapshot, controller.StepApplyCRDs, controller.StepApplyRBAC,
-		controller.StepApplyWebhooks, controller.StepApplyWorkloads, controller.StepHealthGate, controller.StepRecord}
+	upgrade := slices.DeleteFunc(slices.Clone(controller.UpgradeSteps), func(s string) bool { return s == controller.StepDone })
 	rollback := []string{controller.StepRestore, controller.StepApplyRelease, controller.StepHealthGate, controller.StepRecord}
 	type crash struct{ path, step string }
 	var crashes []crash

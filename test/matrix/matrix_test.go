@@ -80,7 +80,7 @@ func TestVersionJumps(t *testing.T) {
 	}
 	members := make([]runner.Member, 0, len(env.Members))
 	for _, m := range env.Members {
-		members = append(members, runner.Member{Name: m.Name, Config: m.RESTConfig()})
+		members = append(members, runner.Member{Cluster: testenv.Member(t, m)})
 	}
 	r, err := runner.Start(t.Context(), members, runner.Options{Log: os.Stderr})
 	if err != nil {

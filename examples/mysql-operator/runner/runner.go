@@ -41,12 +41,13 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/rewind-dev/rewind/examples/mysql-operator/operator"
+	"github.com/rewind-dev/rewind/internal/member"
 )
 
 // Member is one cluster the runner serves.
 type Member struct {
-	Name   string
-	Config *rest.Config
+	// Cluster is rewind's access layer to the member.
+	Cluster *member.Cluster
 }
 
 // Options of Start.
@@ -183,21 +184,17 @@ type manager struct {
 }
 
 func newMemberRunner(r *Runner, m Member, o Options) (*memberRunner, error) {
-	cfg := rest.CopyConfig(m.Config)
-	cfg.QPS, cfg.Burst = 100, 200
+	cfg := m.Cluster.Config()
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
+	dyn := m.Cluster.Dynamic
 	port, err := freePort(r.hostIP)
 	if err != nil {
 		return nil, err
 	}
-	return &memberRunner{r: r, name: m.Name, cfg: cfg, kube: kube, dyn: dyn, port: port, o: o, kick: make(chan struct{}, 1)}, nil
+	return &memberRunner{r: r, name: m.Cluster.Name, cfg: cfg, kube: kube, dyn: dyn, port: port, o: o, kick: make(chan struct{}, 1)}, nil
 }
 
 func freePort(host string) (int, error) {

@@ -45,7 +45,7 @@ func install(t *testing.T, c client.Client, version string, args ...string) {
 	if err := release.CheckImage(objs, p.Build.Image()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := apply.Objects(t.Context(), c, objs, apply.Options{Namespace: installNS}); err != nil {
+	if _, err := apply.Objects(t.Context(), testenv.Member(t, env.Members[0]), objs, apply.Options{Namespace: installNS}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -79,7 +79,7 @@ func TestRunnerRunsTheInstalledReleaseAndItsConversionWebhook(t *testing.T) {
 	m := env.Members[0]
 	c := testenv.HubClient(t, m.RESTConfig())
 	dyn := dynamic.NewForConfigOrDie(m.RESTConfig())
-	r, err := runner.Start(t.Context(), []runner.Member{{Name: m.Name, Config: m.RESTConfig()}}, runner.Options{Log: os.Stderr})
+	r, err := runner.Start(t.Context(), []runner.Member{{Cluster: testenv.Member(t, m)}}, runner.Options{Log: os.Stderr})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,67 @@
+package member
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/rewind-dev/rewind/api/v1alpha1"
+)
+
+// Cache keeps one Cluster per member, keyed by a hash of its credentials: a member whose
+// kubeconfig Secret changes (a new server, token or certificate) gets new clients on its next
+// use, and one whose credentials stay the same keeps its connections and discovery.
+type Cache struct {
+	// Hub reads MemberClusters and their kubeconfig Secrets (uncached for Secrets).
+	Hub client.Reader
+
+	mu       sync.Mutex
+	clusters map[string]cacheEntry
+}
+
+type cacheEntry struct {
+	key     string
+	cluster *Cluster
+}
+
+// Get returns the Cluster of the MemberCluster name. A missing or unusable kubeconfig Secret
+// is a *SecretError.
+func (c *Cache) Get(ctx context.Context, name string) (*Cluster, error) {
+	mc := &v1alpha1.MemberCluster{}
+	if err := c.Hub.Get(ctx, client.ObjectKey{Name: name}, mc); err != nil {
+		return nil, fmt.Errorf("MemberCluster %s: %w", name, err)
+	}
+	return c.For(ctx, mc)
+}
+
+// For returns the Cluster of mc.
+func (c *Cache) For(ctx context.Context, mc *v1alpha1.MemberCluster) (*Cluster, error) {
+	cfg, err := ConfigFor(ctx, c.Hub, mc)
+	if err != nil {
+		return nil, err
+	}
+	key := credentialsKey(cfg)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.clusters[mc.Name]; ok && e.key == key {
+		return e.cluster, nil
+	}
+	cl, err := New(mc.Name, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if c.clusters == nil {
+		c.clusters = map[string]cacheEntry{}
+	}
+	c.clusters[mc.Name] = cacheEntry{key: key, cluster: cl}
+	return cl, nil
+}
+
+// Forget drops the Cluster of a member (it was deleted).
+func (c *Cache) Forget(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.clusters, name)
+}
