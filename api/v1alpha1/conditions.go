@@ -44,5 +44,13 @@ const (
 	ReasonAwaitingApproval      = "AwaitingApproval"
 	ReasonReleaseNotFound       = "ReleaseNotFound"
 	ReasonChecksumMismatch      = "ChecksumMismatch"
+	// ReasonInvalidSpec: the spec cannot be carried out (a CEL check that does not compile,
+	// a wave naming no registered cluster); the message names the field.
+	ReasonInvalidSpec = "InvalidSpec"
+	// ReasonRolledBack (Rollout Ready/Stalled): spec.release failed and every changed cluster
+	// was rolled back; it is not attempted again until spec.release changes or a retry.
+	ReasonRolledBack = "RolledBack"
+	// ReasonRollbackFailed: a rollback could not restore every cluster (see the message).
+	ReasonRollbackFailed = "RollbackFailed"
 	ReasonPayloadUnavailable    = "PayloadUnavailable"
 )

@@ -76,12 +76,20 @@ func TestPrinterColumns(t *testing.T) {
 	ro.Status = v1alpha1.RolloutStatus{
 		Phase: v1alpha1.RolloutProgressing, CurrentWave: 1, CurrentRelease: "mysql-v2", ClustersDone: "1/2",
 		Conditions: []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: "Progressing", Message: "wave rest", LastTransitionTime: metav1.Now()}},
-		Clusters: []v1alpha1.ClusterProgress{
-			{Cluster: "member1", Wave: 0, Phase: v1alpha1.ClusterSucceeded},
-			{Cluster: "member2", Wave: 1, Phase: v1alpha1.ClusterUpgrading},
-		},
+		Targets: v1alpha1.TargetCounts{Total: 2, Succeeded: 1, InProgress: 1},
 	}
 	if err := c.Status().Update(ctx, ro); err != nil {
+		t.Fatal(err)
+	}
+
+	rt := &v1alpha1.RolloutTarget{ObjectMeta: metav1.ObjectMeta{Name: "printed-member2", Namespace: ns},
+		Spec: v1alpha1.RolloutTargetSpec{Rollout: "printed", Cluster: "member2", Revision: 2, Wave: 1, Path: v1alpha1.PathUpgrade,
+			FromRelease: "mysql-v1", ToRelease: "mysql-v2", Operator: "mysql-operator", InstallNamespace: "mysql-system"}}
+	if err := c.Create(ctx, rt); err != nil {
+		t.Fatal(err)
+	}
+	rt.Status = v1alpha1.RolloutTargetStatus{Revision: 2, Path: v1alpha1.PathUpgrade, Phase: v1alpha1.ClusterUpgrading, Step: "HealthGate", Message: "waiting for health"}
+	if err := c.Status().Update(ctx, rt); err != nil {
 		t.Fatal(err)
 	}
 
@@ -123,6 +131,10 @@ func TestPrinterColumns(t *testing.T) {
 			[]string{"Name", "Operator", "Release", "Phase", "Wave", "Ready", "Clusters", "Age"},
 			map[string]string{"Name": "printed", "Operator": "mysql-operator", "Release": "mysql-v2", "Phase": v1alpha1.RolloutProgressing,
 				"Wave": "1", "Ready": "False", "Clusters": "1/2"}},
+		{"rollouttargets", ns, rt.Name, rt,
+			[]string{"Name", "Rollout", "Cluster", "Wave", "Path", "Phase", "Step", "From +wide", "To", "Message +wide", "Age"},
+			map[string]string{"Name": rt.Name, "Rollout": "printed", "Cluster": "member2", "Wave": "1", "Path": v1alpha1.PathUpgrade,
+				"Phase": v1alpha1.ClusterUpgrading, "Step": "HealthGate", "From": "mysql-v1", "To": "mysql-v2", "Message": "waiting for health"}},
 		{"snapshots", ns, snap.Name, snap,
 			[]string{"Name", "Cluster", "Operator", "Release", "CRs", "Bytes +wide", "Checksum +wide", "Age"},
 			map[string]string{"Name": snap.Name, "Cluster": "member1", "Operator": "mysql-operator", "Release": "mysql-v1",

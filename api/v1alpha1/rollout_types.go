@@ -123,10 +123,16 @@ type RolloutSpec struct {
 	// paused stops the rollout from starting new steps.
 	// +optional
 	Paused bool `json:"paused,omitempty"`
-	// approvedWaves lists the waves a person approved.
+	// rollbackConcurrency bounds how many clusters a rollback restores at once. Unset
+	// restores every changed cluster at once (bounded by the controller's workers), so the
+	// bad release runs nowhere longer than it must.
 	// +optional
-	// +listType=set
-	ApprovedWaves []string `json:"approvedWaves,omitempty"`
+	// +kubebuilder:validation:Minimum=1
+	RollbackConcurrency *int32 `json:"rollbackConcurrency,omitempty"`
+	// rollbackByWave restores wave by wave, the last wave first (each at rollbackConcurrency),
+	// instead of every changed cluster at once.
+	// +optional
+	RollbackByWave bool `json:"rollbackByWave,omitempty"`
 	// pruneOnRollback deletes, on rollback, objects created after the snapshot; by default
 	// they are kept and reported.
 	// +optional
@@ -158,8 +164,19 @@ const (
 	RolloutPaused             = "Paused"
 )
 
-// AnnotationRollbackReason records why the release was set back (automatic rollback).
-const AnnotationRollbackReason = "rewind.dev/rollback-reason"
+// Annotations a person (or `rewind`) sets on a Rollout; the controller never writes spec.
+const (
+	// AnnotationRollbackReason says why a person set spec.release back (`rewind rollback
+	// --reason`); it is reported for that revision only.
+	AnnotationRollbackReason = "rewind.dev/rollback-reason"
+	// AnnotationApprovedPrefix starts the annotation that approves one wave for one
+	// revision: approved.rewind.dev/<wave>: "<revision>" (`rewind rollout approve`). An
+	// approval of an earlier revision does not count.
+	AnnotationApprovedPrefix = "approved.rewind.dev/"
+	// AnnotationRetry asks, once per value, for another attempt at a release that failed and
+	// was rolled back (`rewind retry`), as Flux's reconcile.fluxcd.io/requestedAt.
+	AnnotationRetry = "rewind.dev/retry"
+)
 
 // Cluster phases of a rollout.
 const (
@@ -170,58 +187,6 @@ const (
 	ClusterRollingBack = "RollingBack"
 	ClusterRolledBack  = "RolledBack"
 )
-
-// ClusterProgress is the journal of one member cluster in a rollout.
-type ClusterProgress struct {
-	// cluster is the MemberCluster name.
-	// +required
-	Cluster string `json:"cluster"`
-	// wave is the index of the wave the cluster belongs to.
-	// +optional
-	Wave int32 `json:"wave"`
-	// phase: Pending, Upgrading, Succeeded, Failed, RollingBack or RolledBack.
-	// +optional
-	Phase string `json:"phase,omitempty"`
-	// step is the step of the per-cluster state machine in progress or last done.
-	// +optional
-	Step string `json:"step,omitempty"`
-	// fromRelease is the release installed before the change ("" for a first install).
-	// +optional
-	FromRelease string `json:"fromRelease,omitempty"`
-	// toRelease is the release being installed.
-	// +optional
-	ToRelease string `json:"toRelease,omitempty"`
-	// path is how the cluster reaches toRelease: Upgrade (snapshot, apply, gates), Restore
-	// (back to the snapshot taken under toRelease, then apply it) or None (already there).
-	// +optional
-	Path string `json:"path,omitempty"`
-	// snapshot is the snapshot taken before the change (Upgrade) or restored (Restore).
-	// +optional
-	Snapshot string `json:"snapshot,omitempty"`
-	// restoreSteps are the restore steps completed (the restore's journal).
-	// +optional
-	// +listType=atomic
-	RestoreSteps []string `json:"restoreSteps,omitempty"`
-	// attempt counts tries of the current step.
-	// +optional
-	Attempt int32 `json:"attempt,omitempty"`
-	// nextAttemptAt is when the step is tried again after a failed attempt (exponential
-	// backoff: 1s, 2s, 4s, ... up to 30s).
-	// +optional
-	NextAttemptAt *metav1.Time `json:"nextAttemptAt,omitempty"`
-	// message explains the phase.
-	// +optional
-	Message string `json:"message,omitempty"`
-	// startedAt is when the cluster's change started.
-	// +optional
-	StartedAt *metav1.Time `json:"startedAt,omitempty"`
-	// stepStartedAt is when the current step started.
-	// +optional
-	StepStartedAt *metav1.Time `json:"stepStartedAt,omitempty"`
-	// finishedAt is when the cluster reached a final phase.
-	// +optional
-	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
-}
 
 // Revision is one entry of a rollout's history.
 type Revision struct {
@@ -240,9 +205,13 @@ type Revision struct {
 	// reason explains the outcome.
 	// +optional
 	Reason string `json:"reason,omitempty"`
-	// snapshots taken before the change, by cluster.
+	// revision is the revision number.
 	// +optional
-	Snapshots map[string]string `json:"snapshots,omitempty"`
+	Revision int32 `json:"revision,omitempty"`
+	// automatic says the revision was started by the failure policy (a rollback), not by a
+	// change of spec.release.
+	// +optional
+	Automatic bool `json:"automatic,omitempty"`
 }
 
 // RolloutStatus is the progress of the rollout.
@@ -277,22 +246,73 @@ type RolloutStatus struct {
 	// (Succeeded, or RolledBack in a rollback). For `kubectl get`.
 	// +optional
 	ClustersDone string `json:"clustersDone,omitempty"`
-	// clusters is the per-cluster journal.
+	// targets counts the revision's RolloutTargets by phase.
 	// +optional
-	// +listType=map
-	// +listMapKey=cluster
-	Clusters []ClusterProgress `json:"clusters,omitempty"`
-	// history of the releases this rollout rolled out, newest last.
+	Targets TargetCounts `json:"targets,omitempty"`
+	// failures lists failed clusters of the revision with their causes (at most 10; the
+	// RolloutTargets hold them all).
 	// +optional
 	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=10
+	Failures []ClusterFailure `json:"failures,omitempty"`
+	// failedRelease is a release that failed and was rolled back. It is not attempted again
+	// until spec.release changes or a person asks for a retry (annotation rewind.dev/retry).
+	// +optional
+	FailedRelease string `json:"failedRelease,omitempty"`
+	// failureReason says why failedRelease failed.
+	// +optional
+	FailureReason string `json:"failureReason,omitempty"`
+	// lastHandledRetry is the value of the rewind.dev/retry annotation last acted on.
+	// +optional
+	LastHandledRetry string `json:"lastHandledRetry,omitempty"`
+	// lastRollbackReason is the value of the rewind.dev/rollback-reason annotation last used
+	// for a revision (a reason is reported for one rollback only).
+	// +optional
+	LastRollbackReason string `json:"lastRollbackReason,omitempty"`
+	// history of the releases this rollout rolled out, newest last (at most 20). The snapshots
+	// of each revision are the Snapshots labelled rewind.dev/rollout and rewind.dev/revision.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=20
 	History []Revision `json:"history,omitempty"`
+}
+
+// TargetCounts counts RolloutTargets by phase.
+type TargetCounts struct {
+	// +optional
+	Total int32 `json:"total,omitempty"`
+	// +optional
+	Pending int32 `json:"pending,omitempty"`
+	// inProgress counts Upgrading and RollingBack targets.
+	// +optional
+	InProgress int32 `json:"inProgress,omitempty"`
+	// +optional
+	Succeeded int32 `json:"succeeded,omitempty"`
+	// +optional
+	RolledBack int32 `json:"rolledBack,omitempty"`
+	// +optional
+	Failed int32 `json:"failed,omitempty"`
+}
+
+// ClusterFailure is one failed cluster of a revision.
+type ClusterFailure struct {
+	// +required
+	Cluster string `json:"cluster"`
+	// step the cluster failed at.
+	// +optional
+	Step string `json:"step,omitempty"`
+	// path the cluster was on (Upgrade or Restore).
+	// +optional
+	Path string `json:"path,omitempty"`
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // Rollout releases an operator to member clusters in waves, with a snapshot before every
 // change, health gates after it and automatic rollback.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:shortName=ro,categories=rewind
+// +kubebuilder:resource:categories=rewind
 // +kubebuilder:printcolumn:name="Operator",type=string,JSONPath=`.spec.operator`
 // +kubebuilder:printcolumn:name="Release",type=string,JSONPath=`.spec.release`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`

@@ -28,6 +28,7 @@ import (
 	"github.com/rewind-dev/rewind/examples/mysql-operator/operator"
 	"github.com/rewind-dev/rewind/examples/mysql-operator/runner"
 	"github.com/rewind-dev/rewind/internal/controller"
+	"github.com/rewind-dev/rewind/internal/controller/target"
 	"github.com/rewind-dev/rewind/internal/install"
 	"github.com/rewind-dev/rewind/internal/member"
 	"github.com/rewind-dev/rewind/internal/restore"
@@ -448,16 +449,23 @@ func (d *demo) watch(ctx context.Context, set, release, phase string, timeout ti
 			line = line[:197] + "..."
 		}
 		d.note("rollout", line)
-		for _, c := range ro.Status.Clusters {
-			msg := ""
-			if c.Phase == v1alpha1.ClusterFailed || c.Step == controller.StepRestore || strings.Contains(c.Message, "gate") {
-				msg = c.Message
+		targets, err := listTargets(ctx, d.hub, ro)
+		if err != nil {
+			return false, nil
+		}
+		for _, t := range targets {
+			phase, step, msg := v1alpha1.ClusterPending, "-", ""
+			if t.Status.Revision == t.Spec.Revision && t.Status.Path == t.Spec.Path {
+				phase, step = t.Status.Phase, t.Status.Step
 			}
-			state := fmt.Sprintf("%-8s %-8s %-11s %-14s %s", c.Cluster, dash(c.Path), dash(c.Phase), dash(c.Step), msg)
+			if phase == v1alpha1.ClusterFailed || step == target.StepRestore || strings.Contains(t.Status.Message, "gate") {
+				msg = t.Status.Message
+			}
+			state := fmt.Sprintf("%-8s %-8s %-11s %-14s %s", t.Spec.Cluster, dash(t.Spec.Path), dash(phase), dash(step), msg)
 			if len(state) > 160 {
 				state = state[:157] + "..."
 			}
-			d.note(c.Cluster, state)
+			d.note(t.Spec.Cluster, state)
 		}
 		if ro.Status.CurrentRelease == release && ro.Status.Phase == phase {
 			return true, nil
@@ -469,7 +477,8 @@ func (d *demo) watch(ctx context.Context, set, release, phase string, timeout ti
 	})
 	if err != nil {
 		var buf bytes.Buffer
-		printRolloutStatus(&buf, ro)
+		targets, _ := listTargets(ctx, d.hub, ro)
+		printRolloutStatus(&buf, ro, targets)
 		return nil, fmt.Errorf("the rollout did not reach %s for %s within %s:\n%s", phase, release, timeout, buf.String())
 	}
 	return ro, nil

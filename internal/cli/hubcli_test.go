@@ -34,6 +34,11 @@ func createIdleRollout(t *testing.T, ns, name string) *v1alpha1.Rollout {
 	if err := c.Create(t.Context(), ro); err != nil {
 		t.Fatal(err)
 	}
+	// As if a controller had started its third revision.
+	ro.Status = v1alpha1.RolloutStatus{Revision: 3, CurrentRelease: "widget-v1", Phase: v1alpha1.RolloutPaused}
+	if err := c.Status().Update(t.Context(), ro); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		if err := c.Delete(context.Background(), ro); client.IgnoreNotFound(err) != nil {
 			t.Errorf("deleting rollout %s: %v", name, err)
@@ -203,7 +208,7 @@ func TestCompletionOfHubObjects(t *testing.T) {
 	}
 	out, err = run(ctx, "rollout", "approve", "mysql", "rest", "-n", ns, "-o", "json")
 	ro := &v1alpha1.Rollout{}
-	if err != nil || json.Unmarshal([]byte(out), ro) != nil || !slices.Equal(ro.Spec.ApprovedWaves, []string{"rest"}) {
-		t.Fatalf("rollout approve -o json: %v\n%s", err, out)
+	if err != nil || json.Unmarshal([]byte(out), ro) != nil || ro.Annotations[v1alpha1.AnnotationApprovedPrefix+"rest"] != "3" {
+		t.Fatalf("rollout approve -o json must approve wave rest for revision 3 (annotation %srest: \"3\"): %v\n%s", v1alpha1.AnnotationApprovedPrefix, err, out)
 	}
 }

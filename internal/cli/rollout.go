@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/controller/target"
 )
 
 // getRollout reads the Rollout NAME of namespace ns.
@@ -93,7 +95,11 @@ succeeds, fails or is rolled back; with -o json or -o yaml each print is a whole
 					if !first {
 						fmt.Fprintln(out)
 					}
-					printRolloutStatus(out, ro)
+					targets, err := listTargets(cmd.Context(), c, ro)
+					if err != nil {
+						return err
+					}
+					printRolloutStatus(out, ro, targets)
 				} else if err != nil {
 					return err
 				}
@@ -118,8 +124,11 @@ func newRolloutApproveCommand(h *hubFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "approve NAME [WAVE]",
 		Short: "Approve a wave that requires manual approval (default: the wave waiting now)",
-		Long: `Adds WAVE (default: the rollout's current wave) to the rollout's spec.approvedWaves, so a
-wave with requireApproval starts. Approving a wave twice changes nothing.`,
+		Long: `Approves WAVE (default: the wave waiting now) of the rollout's current revision, so a wave
+with requireApproval starts. The approval is the annotation approved.rewind.dev/<wave> set to
+the revision: it does not carry over to the next release (a new revision needs its own), and
+it leaves spec alone, so a GitOps tool that owns the spec does not undo it. Approving a wave
+twice changes nothing.`,
 		Example: `  rewind rollout approve mysql
   rewind rollout approve mysql production -n team-a`,
 		Args:              cobra.RangeArgs(1, 2),
@@ -130,6 +139,7 @@ wave with requireApproval starts. Approving a wave twice changes nothing.`,
 				return err
 			}
 			var wave string
+			var revision int32
 			ro, err := updateRollout(cmd.Context(), c, h.ns(), args[0], func(ro *v1alpha1.Rollout) error {
 				wave = ""
 				if len(args) == 2 {
@@ -144,9 +154,14 @@ wave with requireApproval starts. Approving a wave twice changes nothing.`,
 				if !slices.Contains(waves, wave) {
 					return fmt.Errorf("rollout %s has no wave %q; its waves: %s", ro.Name, wave, strings.Join(waves, ", "))
 				}
-				if !slices.Contains(ro.Spec.ApprovedWaves, wave) {
-					ro.Spec.ApprovedWaves = append(ro.Spec.ApprovedWaves, wave)
+				if ro.Status.Revision == 0 {
+					return fmt.Errorf("rollout %s has not started a revision yet: there is nothing to approve", ro.Name)
 				}
+				revision = ro.Status.Revision
+				if ro.Annotations == nil {
+					ro.Annotations = map[string]string{}
+				}
+				ro.Annotations[v1alpha1.AnnotationApprovedPrefix+wave] = strconv.Itoa(int(revision))
 				return nil
 			})
 			if err != nil {
@@ -155,7 +170,7 @@ wave with requireApproval starts. Approving a wave twice changes nothing.`,
 			if ok, err := printStructured(cmd.OutOrStdout(), output, ro); ok {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "rollout/%s: wave %s approved\n", args[0], wave)
+			fmt.Fprintf(cmd.OutOrStdout(), "rollout/%s: wave %s approved for revision %d\n", args[0], wave, revision)
 			return nil
 		},
 	}
@@ -209,9 +224,27 @@ func finalPhase(p string) bool {
 	return p == v1alpha1.RolloutSucceeded || p == v1alpha1.RolloutRolledBack || p == v1alpha1.RolloutFailed
 }
 
-func printRolloutStatus(out io.Writer, ro *v1alpha1.Rollout) {
-	fmt.Fprintf(out, "Rollout %s/%s: %s %s -> %s, phase %s, wave %d of %d\n", ro.Namespace, ro.Name, ro.Spec.Operator,
-		dash(ro.Status.PreviousRelease), ro.Status.CurrentRelease, dash(ro.Status.Phase), min(int(ro.Status.CurrentWave)+1, len(ro.Spec.Waves)), len(ro.Spec.Waves))
+// listTargets returns a rollout's targets, by wave and cluster.
+func listTargets(ctx context.Context, c client.Client, ro *v1alpha1.Rollout) ([]v1alpha1.RolloutTarget, error) {
+	var list v1alpha1.RolloutTargetList
+	if err := c.List(ctx, &list, client.InNamespace(ro.Namespace), client.MatchingLabels{v1alpha1.LabelRollout: ro.Name}); err != nil {
+		return nil, fmt.Errorf("listing the targets of rollout %s: %w", ro.Name, err)
+	}
+	slices.SortFunc(list.Items, func(a, b v1alpha1.RolloutTarget) int {
+		if a.Spec.Wave != b.Spec.Wave {
+			return int(a.Spec.Wave - b.Spec.Wave)
+		}
+		return strings.Compare(a.Spec.Cluster, b.Spec.Cluster)
+	})
+	return list.Items, nil
+}
+
+func printRolloutStatus(out io.Writer, ro *v1alpha1.Rollout, targets []v1alpha1.RolloutTarget) {
+	fmt.Fprintf(out, "Rollout %s/%s: %s %s -> %s, phase %s, wave %d of %d, %s clusters done\n", ro.Namespace, ro.Name, ro.Spec.Operator,
+		dash(ro.Status.PreviousRelease), ro.Status.CurrentRelease, dash(ro.Status.Phase), min(int(ro.Status.CurrentWave)+1, len(ro.Spec.Waves)), len(ro.Spec.Waves), dash(ro.Status.ClustersDone))
+	if ro.Status.FailedRelease != "" {
+		fmt.Fprintf(out, "  failed release %s (held: not attempted again until spec.release changes or rewind retry %s): %s\n", ro.Status.FailedRelease, ro.Name, ro.Status.FailureReason)
+	}
 	for _, t := range []string{v1alpha1.ConditionReady, v1alpha1.ConditionProgressing, v1alpha1.ConditionStalled, v1alpha1.ConditionRolledBack} {
 		if c := meta.FindStatusCondition(ro.Status.Conditions, t); c != nil {
 			fmt.Fprintf(out, "  %-12s %-5s %s: %s\n", t, c.Status, c.Reason, c.Message)
@@ -219,19 +252,29 @@ func printRolloutStatus(out io.Writer, ro *v1alpha1.Rollout) {
 	}
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "WAVE\tCLUSTER\tPATH\tPHASE\tSTEP\tFROM\tTO\tSNAPSHOT\tMESSAGE")
-	for _, c := range ro.Status.Clusters {
-		wave := fmt.Sprint(c.Wave)
-		if int(c.Wave) < len(ro.Spec.Waves) {
-			wave = ro.Spec.Waves[c.Wave].Name
+	for _, t := range targets {
+		wave := fmt.Sprint(t.Spec.Wave)
+		if int(t.Spec.Wave) < len(ro.Spec.Waves) {
+			wave = ro.Spec.Waves[t.Spec.Wave].Name
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", wave, c.Cluster, dash(c.Path), dash(c.Phase), dash(c.Step),
-			dash(c.FromRelease), c.ToRelease, dash(c.Snapshot), c.Message)
+		phase, step, snap, msg := v1alpha1.ClusterPending, "-", t.Spec.Snapshot, t.Spec.Reason
+		if t.Status.Revision == t.Spec.Revision && t.Status.Path == t.Spec.Path {
+			phase, step, msg = t.Status.Phase, t.Status.Step, t.Status.Message
+			if t.Status.Snapshot != "" {
+				snap = t.Status.Snapshot
+			}
+		}
+		if t.Spec.Path == v1alpha1.PathUpgrade && (phase == v1alpha1.ClusterPending || step == target.StepPrecheck) {
+			snap = "" // named, not taken yet
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", wave, t.Spec.Cluster, dash(t.Spec.Path), dash(phase), dash(step),
+			dash(t.Spec.FromRelease), t.Spec.ToRelease, dash(snap), msg)
 	}
 	w.Flush()
 }
 
 func newRollbackCommand(h *hubFlags) *cobra.Command {
-	var to, output string
+	var to, reason, output string
 	cmd := &cobra.Command{
 		Use:   "rollback NAME [--to RELEASE]",
 		Short: "Roll a rollout back: set its desired release to the previous one (or --to RELEASE)",
@@ -265,7 +308,15 @@ cluster it changed to the snapshot taken under that release, re-applies it and g
 					return fmt.Errorf("--to %s: %w", target, err)
 				}
 				ro.Spec.Release = target
-				delete(ro.Annotations, v1alpha1.AnnotationRollbackReason)
+				if ro.Annotations == nil {
+					ro.Annotations = map[string]string{}
+				}
+				// Reported for this rollback only: the controller uses a value once.
+				why := reason
+				if why == "" {
+					why = "requested with rewind rollback"
+				}
+				ro.Annotations[v1alpha1.AnnotationRollbackReason] = fmt.Sprintf("%s (at %s)", why, time.Now().UTC().Format(time.RFC3339))
 				return nil
 			})
 			if err != nil {
@@ -279,6 +330,7 @@ cluster it changed to the snapshot taken under that release, re-applies it and g
 		},
 	}
 	cmd.Flags().StringVar(&to, "to", "", "release to roll back to (default: the previous release in the rollout's history)")
+	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded in the rollout's history and RolledBack condition")
 	outputFlag(cmd, &output)
 	_ = cmd.RegisterFlagCompletionFunc("to", h.completeFlag(listReleases))
 	return cmd
@@ -323,16 +375,19 @@ that succeeded.`,
 			if ok, err := printStructured(cmd.OutOrStdout(), output, ro.Status.History); ok {
 				return err
 			}
+			snaps, err := snapshotsByRevision(cmd.Context(), c, ro)
+			if err != nil {
+				return err
+			}
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "REVISION\tRELEASE\tSTARTED\tFINISHED\tOUTCOME\tSNAPSHOTS\tREASON")
-			base := int(ro.Status.Revision) - len(ro.Status.History)
-			for i, r := range ro.Status.History {
-				var snaps []string
-				for cl, s := range r.Snapshots {
-					snaps = append(snaps, cl+"="+s)
+			for _, r := range ro.Status.History {
+				outcome := r.Outcome
+				if r.Automatic {
+					outcome += " (automatic rollback)"
 				}
-				slices.Sort(snaps)
-				fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", base+i+1, r.Release, ts(r.StartedAt), ts(r.FinishedAt), r.Outcome, dash(strings.Join(snaps, ",")), r.Reason)
+				fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Revision, r.Release, ts(r.StartedAt), ts(r.FinishedAt), outcome,
+					dash(strings.Join(snaps[strconv.Itoa(int(r.Revision))], ",")), r.Reason)
 			}
 			return w.Flush()
 		},
@@ -341,9 +396,71 @@ that succeeded.`,
 	return cmd
 }
 
+// snapshotsByRevision returns "cluster=snapshot" entries of a rollout's snapshots, by revision.
+func snapshotsByRevision(ctx context.Context, c client.Client, ro *v1alpha1.Rollout) (map[string][]string, error) {
+	var list v1alpha1.SnapshotList
+	if err := c.List(ctx, &list, client.InNamespace(ro.Namespace), client.MatchingLabels{v1alpha1.LabelRollout: ro.Name}); err != nil {
+		return nil, fmt.Errorf("listing the snapshots of rollout %s: %w", ro.Name, err)
+	}
+	out := map[string][]string{}
+	for _, s := range list.Items {
+		rev := s.Labels[v1alpha1.LabelRevision]
+		out[rev] = append(out[rev], s.Spec.Cluster+"="+s.Name)
+	}
+	for _, v := range out {
+		slices.Sort(v)
+	}
+	return out, nil
+}
+
 func ts(t interface{ IsZero() bool }) string {
 	if t == nil || t.IsZero() {
 		return "-"
 	}
 	return fmt.Sprint(t)
+}
+
+func newRetryCommand(h *hubFlags) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "retry NAME",
+		Short: "Attempt again a release that failed and was rolled back",
+		Long: `When a release fails its health gates and the failure policy rolls every changed cluster
+back, the Rollout holds the failure in its status (status.failedRelease) and leaves
+spec.release as it is, so a GitOps tool that owns the spec does not start it again. The release
+is attempted again only when spec.release changes or when a person asks with this command, which
+sets the annotation rewind.dev/retry to a new value (handled once).`,
+		Example: `  rewind retry mysql
+  rewind retry mysql -n team-a -o yaml`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: h.completeArgs(listRollouts),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := h.client()
+			if err != nil {
+				return err
+			}
+			var failed string
+			ro, err := updateRollout(cmd.Context(), c, h.ns(), args[0], func(ro *v1alpha1.Rollout) error {
+				failed = ro.Status.FailedRelease
+				if failed == "" {
+					return fmt.Errorf("rollout %s holds no failed release: nothing to retry (phase %s)", ro.Name, dash(ro.Status.Phase))
+				}
+				if ro.Annotations == nil {
+					ro.Annotations = map[string]string{}
+				}
+				ro.Annotations[v1alpha1.AnnotationRetry] = time.Now().UTC().Format(time.RFC3339Nano)
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			if ok, err := printStructured(cmd.OutOrStdout(), output, ro); ok {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "rollout/%s: retrying %s (watch it: %s rollout status %s --watch)\n", args[0], failed, h.prog, args[0])
+			return nil
+		},
+	}
+	outputFlag(cmd, &output)
+	return cmd
 }

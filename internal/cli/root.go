@@ -87,6 +87,7 @@ files of $KUBECONFIG, else ~/.kube/config; --context picks a context and -n a na
 	root.AddCommand(newSnapshotCommand(h))
 	root.AddCommand(newRolloutCommand(h))
 	root.AddCommand(newRollbackCommand(h))
+	root.AddCommand(newRetryCommand(h))
 	root.AddCommand(newHistoryCommand(h))
 	root.AddCommand(newTestbedCommand())
 	root.AddCommand(newDemoCommand())

@@ -13,7 +13,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/controller/rollout"
+	"github.com/rewind-dev/rewind/internal/controller/target"
 	"github.com/rewind-dev/rewind/internal/member"
+	"github.com/rewind-dev/rewind/internal/release"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -53,6 +56,8 @@ type Options struct {
 	CrashAt func(cluster, step string) bool
 	// GatePoll is how often unhealthy clusters are re-checked (default 2s).
 	GatePoll time.Duration
+	// TargetWorkers is how many clusters' steps run at once (default 32).
+	TargetWorkers int
 }
 
 // NewManager builds the manager with health and readiness checks and every reconciler.
@@ -88,23 +93,30 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	return mgr, nil
 }
 
-// setupReconcilers registers every reconciler with the manager.
+// setupReconcilers registers every reconciler with the manager. They share one access layer
+// to the members and one cache of releases.
 func setupReconcilers(mgr ctrl.Manager, o Options) error {
-	members := &member.Cache{Hub: hubReader{Client: mgr.GetClient(), reader: mgr.GetAPIReader()}}
+	hub := hubReader{Client: mgr.GetClient(), reader: mgr.GetAPIReader()}
+	members := &member.Cache{Hub: hub}
+	releases := &release.Cache{}
 	if err := (&MemberClusterReconciler{Client: mgr.GetClient(), Members: members}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the MemberCluster controller: %w", err)
 	}
-	ro := &RolloutReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("rewind-rollout"),
-		CrashAt: o.CrashAt, GatePoll: o.GatePoll, Members: members}
+	ro := &rollout.Reconciler{Client: mgr.GetClient(), Hub: hub, Releases: releases, Recorder: mgr.GetEventRecorder("rewind-rollout")}
 	if err := ro.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the Rollout controller: %w", err)
+	}
+	tr := &target.Reconciler{Client: mgr.GetClient(), Hub: hub, Members: members, Releases: releases,
+		Recorder: mgr.GetEventRecorder("rewind-rollout"), GatePoll: o.GatePoll, Workers: o.TargetWorkers, CrashAt: o.CrashAt}
+	if err := tr.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the RolloutTarget controller: %w", err)
 	}
 	return nil
 }
 
 // The manager's permissions in the hub.
-// +kubebuilder:rbac:groups=rewind.dev,resources=memberclusters;operatorreleases;rollouts;snapshots,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=rewind.dev,resources=memberclusters/status;operatorreleases/status;rollouts/status;snapshots/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=rewind.dev,resources=memberclusters;operatorreleases;rollouts;rollouttargets;snapshots,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=rewind.dev,resources=memberclusters/status;operatorreleases/status;rollouts/status;rollouttargets/status;snapshots/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch

@@ -88,14 +88,19 @@ func Create(ctx context.Context, c client.Client, rel *v1alpha1.OperatorRelease,
 func Load(ctx context.Context, c client.Reader, namespace, name string) (*v1alpha1.OperatorRelease, []*unstructured.Unstructured, error) {
 	rel := &v1alpha1.OperatorRelease{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, rel); err != nil {
-		if apierrors.IsNotFound(err) {
-			// Worded as the CLI words a missing hub object.
-			return nil, nil, fmt.Errorf("release %q not found in namespace %s (list them with: kubectl get operatorreleases -n %s)", name, namespace, namespace)
-		}
-		return nil, nil, err
+		return nil, nil, getError(namespace, name, err)
 	}
 	objs, err := Manifests(ctx, c, rel)
 	return rel, objs, err
+}
+
+// getError words a failed read of an OperatorRelease; a missing one as the CLI words a missing
+// hub object (apierrors.IsNotFound still holds).
+func getError(namespace, name string, err error) error {
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("release %q not found in namespace %s (list them with: kubectl get operatorreleases -n %s): %w", name, namespace, namespace, err)
+	}
+	return fmt.Errorf("reading release %s/%s: %w", namespace, name, err)
 }
 
 // Manifests reads the stored manifests of rel, verified against spec.digest.

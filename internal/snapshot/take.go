@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -297,7 +298,7 @@ func (h *Hub) Prune(ctx context.Context, namespace, cluster, operator string, ke
 	var deleted []string
 	for i := keep; i < len(items); i++ {
 		s := &items[i]
-		if referenced[s.Name] {
+		if referenced(s) {
 			continue
 		}
 		if err := h.Delete(ctx, s); err != nil {
@@ -315,29 +316,36 @@ func capturedAt(s *v1alpha1.Snapshot) time.Time {
 	return s.CreationTimestamp.Time
 }
 
-// referenced returns the snapshot names that Rollouts in namespace still point to.
-func (h *Hub) referenced(ctx context.Context, namespace string) (map[string]bool, error) {
+// referenced says which snapshots of namespace Rollouts still point to: those a RolloutTarget
+// took or restores, and those of the revisions in a Rollout's history (labelled with the
+// rollout and the revision).
+func (h *Hub) referenced(ctx context.Context, namespace string) (func(*v1alpha1.Snapshot) bool, error) {
 	var rollouts v1alpha1.RolloutList
 	if err := h.Client.List(ctx, &rollouts, client.InNamespace(namespace)); err != nil {
 		if meta.IsNoMatchError(err) {
-			return map[string]bool{}, nil
+			return func(*v1alpha1.Snapshot) bool { return false }, nil
 		}
 		return nil, err
 	}
-	out := map[string]bool{}
+	revisions := map[string]bool{} // rollout/revision
 	for _, ro := range rollouts.Items {
-		for _, c := range ro.Status.Clusters {
-			if c.Snapshot != "" {
-				out[c.Snapshot] = true
-			}
-		}
 		for _, rev := range ro.Status.History {
-			for _, s := range rev.Snapshots {
-				out[s] = true
-			}
+			revisions[ro.Name+"/"+strconv.Itoa(int(rev.Revision))] = true
 		}
 	}
-	return out, nil
+	var targets v1alpha1.RolloutTargetList
+	if err := h.Client.List(ctx, &targets, client.InNamespace(namespace)); err != nil && !meta.IsNoMatchError(err) {
+		return nil, err
+	}
+	names := map[string]bool{}
+	for _, t := range targets.Items {
+		names[t.Spec.Snapshot] = true
+		names[t.Status.Snapshot] = true
+	}
+	return func(s *v1alpha1.Snapshot) bool {
+		ro, rev := s.Labels[v1alpha1.LabelRollout], s.Labels[v1alpha1.LabelRevision]
+		return names[s.Name] || (ro != "" && rev != "" && revisions[ro+"/"+rev])
+	}, nil
 }
 
 // Delete removes a snapshot's payload and then its Snapshot object.

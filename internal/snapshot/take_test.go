@@ -143,8 +143,11 @@ func TestRetentionKeepsReferencedSnapshots(t *testing.T) {
 	if err := c.Create(t.Context(), ro); err != nil {
 		t.Fatal(err)
 	}
-	ro.Status.Clusters = []v1alpha1.ClusterProgress{{Cluster: "member1", Snapshot: "s1"}}
-	if err := c.Status().Update(t.Context(), ro); err != nil {
+	// Its target restores s1.
+	rt := &v1alpha1.RolloutTarget{ObjectMeta: metav1.ObjectMeta{Name: "ro-member1", Namespace: ns},
+		Spec: v1alpha1.RolloutTargetSpec{Rollout: "ro", Cluster: "member1", Revision: 2, Path: v1alpha1.PathRestore, ToRelease: "mysql-v1",
+			Snapshot: "s1", Operator: "mysql-operator", InstallNamespace: "mysql-system"}}
+	if err := c.Create(t.Context(), rt); err != nil {
 		t.Fatal(err)
 	}
 	take(t, hub, ns, "s2", -1)

@@ -32,6 +32,7 @@ import (
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/cli"
 	"github.com/rewind-dev/rewind/internal/controller"
+	"github.com/rewind-dev/rewind/internal/controller/target"
 	"github.com/rewind-dev/rewind/internal/install"
 	"github.com/rewind-dev/rewind/internal/member"
 	"github.com/rewind-dev/rewind/internal/release"
@@ -274,9 +275,51 @@ func (f *fleet) waitPhase(release, phase string, timeout time.Duration) *v1alpha
 		return ro.Status.CurrentRelease == release && ro.Status.Phase == phase, nil
 	})
 	if err != nil {
-		f.t.Fatalf("rollout did not reach %s for %s: phase %s release %s, clusters %+v, conditions %+v", phase, release, ro.Status.Phase, ro.Status.CurrentRelease, ro.Status.Clusters, ro.Status.Conditions)
+		f.t.Fatalf("rollout did not reach %s for %s: phase %s release %s, targets %+v, failures %+v, conditions %+v", phase, release, ro.Status.Phase, ro.Status.CurrentRelease, ro.Status.Targets, ro.Status.Failures, ro.Status.Conditions)
 	}
 	return ro
+}
+
+// target returns the rollout's target of a cluster.
+func (f *fleet) target(cluster string) *v1alpha1.RolloutTarget {
+	f.t.Helper()
+	t := &v1alpha1.RolloutTarget{}
+	if err := hub(f.t).Get(f.t.Context(), client.ObjectKey{Namespace: f.ns, Name: f.name + "-" + cluster}, t); err != nil {
+		f.t.Fatal(err)
+	}
+	return t
+}
+
+// phases returns each target's phase in its current plan (Pending until its executor saw it).
+func (f *fleet) phases() map[string]string {
+	f.t.Helper()
+	var list v1alpha1.RolloutTargetList
+	if err := hub(f.t).List(f.t.Context(), &list, client.InNamespace(f.ns), client.MatchingLabels{v1alpha1.LabelRollout: f.name}); err != nil {
+		f.t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, t := range list.Items {
+		out[t.Spec.Cluster] = v1alpha1.ClusterPending
+		if t.Status.Revision == t.Spec.Revision && t.Status.Path == t.Spec.Path && t.Status.Phase != "" {
+			out[t.Spec.Cluster] = t.Status.Phase
+		}
+	}
+	return out
+}
+
+// snapshotsOf returns the snapshots the rollout took in a revision, by cluster.
+func (f *fleet) snapshotsOf(revision int32) map[string]string {
+	f.t.Helper()
+	var list v1alpha1.SnapshotList
+	if err := hub(f.t).List(f.t.Context(), &list, client.InNamespace(f.ns),
+		client.MatchingLabels{v1alpha1.LabelRollout: f.name, v1alpha1.LabelRevision: fmt.Sprint(revision)}); err != nil {
+		f.t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, s := range list.Items {
+		out[s.Spec.Cluster] = s.Name
+	}
+	return out
 }
 
 // populate creates 6 MySQLClusters with children on every member the rollout targets.
@@ -378,15 +421,21 @@ func TestWave1FailsRollsBackAndWave2NeverStarts(t *testing.T) {
 	if cond == nil || cond.Reason != v1alpha1.ReasonAutomaticRollback || !strings.Contains(cond.Message, "member1") || !strings.Contains(cond.Message, "health gate") {
 		t.Errorf("RolledBack condition must give the automatic reason: %+v", cond)
 	}
+	// The failure is held in status; spec.release is left as the person (or Git) set it.
+	if ro.Spec.Release != "mysql-bad" || ro.Status.FailedRelease != "mysql-bad" || !strings.Contains(ro.Status.FailureReason, "member1") {
+		t.Errorf("spec.release %s, status.failedRelease %s (%s): the automatic rollback must hold the failure in status, not write spec",
+			ro.Spec.Release, ro.Status.FailedRelease, ro.Status.FailureReason)
+	}
 	bad := ro.Status.History[len(ro.Status.History)-2]
-	if bad.Release != "mysql-bad" || bad.Outcome != "RolledBack" {
+	if bad.Release != "mysql-bad" || bad.Outcome != "RolledBack" || !ro.Status.History[len(ro.Status.History)-1].Automatic {
 		t.Errorf("history: %+v", ro.Status.History)
 	}
-	snap := bad.Snapshots["member1"]
+	snaps := f.snapshotsOf(bad.Revision)
+	snap := snaps["member1"]
 	if snap == "" {
-		t.Fatalf("no pre-change snapshot recorded for member1: %+v", bad)
+		t.Fatalf("no pre-change snapshot recorded for member1: %+v", snaps)
 	}
-	if _, ok := bad.Snapshots["member2"]; ok {
+	if _, ok := snaps["member2"]; ok {
 		t.Errorf("wave 2 must never start, but member2 has a snapshot")
 	}
 	for _, m := range env.Members {
@@ -409,7 +458,7 @@ func TestUpgradeThenManualRollback(t *testing.T) {
 			t.Errorf("%s record %+v, want mysql-b", m.Name, rec)
 		}
 	}
-	snaps := ro.Status.History[len(ro.Status.History)-1].Snapshots
+	snaps := f.snapshotsOf(ro.Status.Revision)
 	// `rewind rollback` sets spec.release back to A: rollback is a desired state.
 	out := rewind(t, f.ns, "rollback", f.name)
 	if got := f.rollout().Spec.Release; got != "mysql-a" || !strings.Contains(out, "rolling back from mysql-b to mysql-a") {
@@ -444,7 +493,7 @@ func TestWave2FailsRollsBackWave1Too(t *testing.T) {
 		s.HealthGates.Timeout = &metav1.Duration{Duration: 8 * time.Second}
 	})
 	ro := f.waitPhase("mysql-a", v1alpha1.RolloutRolledBack, 3*time.Minute)
-	snaps := ro.Status.History[len(ro.Status.History)-2].Snapshots
+	snaps := f.snapshotsOf(ro.Status.History[len(ro.Status.History)-2].Revision)
 	if snaps["member1"] == "" || snaps["member2"] == "" {
 		t.Fatalf("wave 1 and wave 2 clusters should have pre-change snapshots: %v", snaps)
 	}
@@ -482,8 +531,8 @@ func TestMemberLostMidRollout(t *testing.T) {
 }
 
 func TestCrashAtEachStep(t *testing.T) {
-	upgrade := slices.DeleteFunc(slices.Clone(controller.UpgradeSteps), func(s string) bool { return s == controller.StepDone })
-	rollback := []string{controller.StepRestore, controller.StepApplyRelease, controller.StepHealthGate, controller.StepRecord}
+	upgrade := slices.DeleteFunc(slices.Clone(target.UpgradeSteps), func(s string) bool { return s == target.StepDone })
+	rollback := slices.DeleteFunc(slices.Clone(target.RestoreSteps), func(s string) bool { return s == target.StepDone })
 	type crash struct{ path, step string }
 	var crashes []crash
 	for _, s := range upgrade {
@@ -513,11 +562,11 @@ func TestCrashAtEachStep(t *testing.T) {
 				}
 				return false
 			})
-			target := "mysql-b"
+			to := "mysql-b"
 			if cr.path == "rollback" {
-				target = "mysql-a"
+				to = "mysql-a"
 			}
-			f.setRelease(target, nil)
+			f.setRelease(to, nil)
 			select {
 			case <-hit:
 			case <-time.After(2 * time.Minute):
@@ -530,9 +579,9 @@ func TestCrashAtEachStep(t *testing.T) {
 			if cr.path == "rollback" {
 				want = v1alpha1.RolloutRolledBack
 			}
-			ro := f.waitPhase(target, want, 3*time.Minute)
-			if rec := f.record(env.Members[0]); rec == nil || rec.Release != target {
-				t.Errorf("record %+v, want %s", rec, target)
+			f.waitPhase(to, want, 3*time.Minute)
+			if rec := f.record(env.Members[0]); rec == nil || rec.Release != to {
+				t.Errorf("record %+v, want %s", rec, to)
 			}
 			var snaps v1alpha1.SnapshotList
 			if err := hub(t).List(t.Context(), &snaps, client.InNamespace(f.ns)); err != nil {
@@ -547,7 +596,7 @@ func TestCrashAtEachStep(t *testing.T) {
 				t.Errorf("want %d snapshots (no duplicate), got %v", wantSnaps, names)
 			}
 			if cr.path == "rollback" {
-				f.assertEqualsSnapshot(env.Members[0], ro.Status.Clusters[0].Snapshot)
+				f.assertEqualsSnapshot(env.Members[0], f.target("member1").Spec.Snapshot)
 			}
 		})
 	}
@@ -575,19 +624,19 @@ func TestApprovalPauseAndResume(t *testing.T) {
 	rewind(t, f.ns, "rollout", "pause", f.name)
 	startManager(t, nil)
 	f.waitPhase("mysql-a", v1alpha1.RolloutPaused, time.Minute)
-	if ro := f.rollout(); ro.Status.Clusters[0].Phase != v1alpha1.ClusterPending {
-		t.Fatalf("a paused rollout must not start a cluster: %+v", ro.Status.Clusters[0])
+	if p := f.phases(); p["member1"] != v1alpha1.ClusterPending || f.target("member1").Spec.Start {
+		t.Fatalf("a paused rollout must not start a cluster: %v", p)
 	}
 	rewind(t, f.ns, "rollout", "resume", f.name)
 	// Wave 1 runs, then wave 2 waits for a person.
-	ro := f.waitPhase("mysql-a", v1alpha1.RolloutWaitingForApproval, 2*time.Minute)
-	for _, c := range ro.Status.Clusters {
+	f.waitPhase("mysql-a", v1alpha1.RolloutWaitingForApproval, 2*time.Minute)
+	for cluster, phase := range f.phases() {
 		want := v1alpha1.ClusterPending
-		if c.Cluster == "member1" {
+		if cluster == "member1" {
 			want = v1alpha1.ClusterSucceeded
 		}
-		if c.Phase != want {
-			t.Errorf("%s is %s while wave 2 waits for approval, want %s", c.Cluster, c.Phase, want)
+		if phase != want {
+			t.Errorf("%s is %s while wave 2 waits for approval, want %s", cluster, phase, want)
 		}
 	}
 	if out := rewind(t, f.ns, "rollout", "status", f.name); !strings.Contains(out, "rewind rollout approve") {
@@ -602,9 +651,9 @@ func TestApprovalPauseAndResume(t *testing.T) {
 	}
 }
 
-// markNode labels member2's node so mysql-b-picky's operator never schedules there (until the
-// test ends).
-func markNode(t *testing.T) {
+// markNode labels member2's node so mysql-b-picky's operator never schedules there, until
+// unmark is called or the test ends.
+func markNode(t *testing.T) (unmark func()) {
 	t.Helper()
 	node := &corev1.Node{}
 	m2 := memberClient(t, env.Members[1])
@@ -615,13 +664,20 @@ func markNode(t *testing.T) {
 	if err := m2.Update(t.Context(), node); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		n := &corev1.Node{}
-		if err := m2.Get(context.Background(), client.ObjectKey{Name: "kwok-node-0"}, n); err == nil {
-			delete(n.Labels, "rewind.dev/broken")
-			_ = m2.Update(context.Background(), n)
-		}
-	})
+	var once sync.Once
+	unmark = func() {
+		once.Do(func() {
+			n := &corev1.Node{}
+			if err := m2.Get(context.Background(), client.ObjectKey{Name: "kwok-node-0"}, n); err == nil {
+				delete(n.Labels, "rewind.dev/broken")
+				if err := m2.Update(context.Background(), n); err != nil {
+					t.Errorf("unmarking member2's node: %v", err)
+				}
+			}
+		})
+	}
+	t.Cleanup(unmark)
+	return unmark
 }
 
 // operatorImageOn returns the image the operator Deployment of the fleet runs on a member.
@@ -723,7 +779,7 @@ func TestFailurePolicies(t *testing.T) {
 			f.populate()
 			markNode(t)
 			clusterRollbacks := metric(t, "rewind_cluster_phase_transitions_total", map[string]string{"reason": "ClusterRollback"})
-			restores := metric(t, "rewind_restore_duration_seconds", nil)
+			restores := metric(t, "rewind_restores_total", map[string]string{"namespace": f.ns})
 			f.setRelease("mysql-b-picky", func(s *v1alpha1.RolloutSpec) {
 				s.FailurePolicy = policy
 				s.HealthGates.Timeout = &metav1.Duration{Duration: 8 * time.Second}
@@ -737,10 +793,7 @@ func TestFailurePolicies(t *testing.T) {
 			if ro.Spec.Release != "mysql-b-picky" {
 				t.Errorf("%s must not set spec.release back, got %s", policy, ro.Spec.Release)
 			}
-			phases := map[string]string{}
-			for _, c := range ro.Status.Clusters {
-				phases[c.Cluster] = c.Phase
-			}
+			phases := f.phases()
 			want := map[string]string{"member1": v1alpha1.ClusterSucceeded, "member2": v1alpha1.ClusterFailed, "member3": v1alpha1.ClusterPending}
 			wantDone := "1/3"
 			if policy == v1alpha1.FailurePolicyRollbackFailed {
@@ -780,14 +833,10 @@ func TestFailurePolicies(t *testing.T) {
 			switch policy {
 			case v1alpha1.FailurePolicyRollbackFailed:
 				// member2 alone is restored, exactly, to its pre-change snapshot.
-				snap := ""
-				for _, c := range ro.Status.Clusters {
-					if c.Cluster == "member2" {
-						snap = c.Snapshot
-					}
-				}
-				if snap == "" {
-					t.Fatalf("member2 has no pre-change snapshot: %+v", ro.Status.Clusters)
+				m2 := f.target("member2")
+				snap := m2.Spec.Snapshot
+				if snap == "" || m2.Spec.Path != v1alpha1.PathRestore || m2.Spec.ToRelease != "mysql-a" {
+					t.Fatalf("member2 must be restored to its pre-change snapshot and mysql-a: %+v", m2.Spec)
 				}
 				f.assertEqualsSnapshot(env.Members[1], snap)
 				if img := f.operatorImageOn(env.Members[1]); img != operatorImage("1.0.0") {
@@ -802,8 +851,8 @@ func TestFailurePolicies(t *testing.T) {
 				if got := metric(t, "rewind_cluster_phase_transitions_total", map[string]string{"reason": "ClusterRollback"}); got < clusterRollbacks+1 {
 					t.Errorf("rewind_cluster_phase_transitions_total{reason=ClusterRollback} went from %v to %v, want at least +1", clusterRollbacks, got)
 				}
-				if got := metric(t, "rewind_restore_duration_seconds", nil); got < restores+1 {
-					t.Errorf("rewind_restore_duration_seconds counted %v restores, had %v before: want at least one more", got, restores)
+				if got := metric(t, "rewind_restores_total", map[string]string{"namespace": f.ns, "cluster": "member2", "outcome": "Succeeded"}); got != 1 || restores != 0 {
+					t.Errorf("rewind_restores_total{cluster=member2,outcome=Succeeded} is %v (had %v before): want exactly one restore", got, restores)
 				}
 			case v1alpha1.FailurePolicyPause:
 				// member2 stays as the failure left it, for a person to look at.
@@ -813,8 +862,8 @@ func TestFailurePolicies(t *testing.T) {
 				if _, ok := evs["ClusterRollback"]; ok {
 					t.Errorf("Pause must not restore a cluster: %v", evs)
 				}
-				if got := metric(t, "rewind_restore_duration_seconds", nil); got != restores {
-					t.Errorf("Pause ran a restore: rewind_restore_duration_seconds went from %v to %v", restores, got)
+				if got := metric(t, "rewind_restores_total", map[string]string{"namespace": f.ns}); got != restores {
+					t.Errorf("Pause ran a restore: rewind_restores_total went from %v to %v", restores, got)
 				}
 			}
 			if !strings.Contains(evs["Failed"], "failure policy "+policy) {
@@ -894,20 +943,20 @@ func TestRetriesExhaustedStalls(t *testing.T) {
 
 	f.setRelease("mysql-b", func(s *v1alpha1.RolloutSpec) { s.FailurePolicy = v1alpha1.FailurePolicyPause })
 	ro := f.waitPhase("mysql-b", v1alpha1.RolloutFailed, 3*time.Minute)
-	c := ro.Status.Clusters[0]
-	if c.Phase != v1alpha1.ClusterFailed || c.Step != controller.StepApplyWorkloads || c.Attempt != controller.MaxAttempts {
-		t.Errorf("member1 must fail at %s after %d attempts: %+v", controller.StepApplyWorkloads, controller.MaxAttempts, c)
+	c := f.target("member1").Status
+	if c.Phase != v1alpha1.ClusterFailed || c.Step != target.StepApplyWorkloads || c.Attempt != target.MaxAttempts {
+		t.Errorf("member1 must fail at %s after %d attempts: %+v", target.StepApplyWorkloads, target.MaxAttempts, c)
 	}
 	// The attempts waited out their backoff (1s, 2s, 4s, 8s) although every attempt wrote the
 	// status, which triggers a reconcile (status times have one-second precision).
 	if c.StepStartedAt == nil || c.FinishedAt == nil {
 		t.Errorf("member1 has no step start or finish time: %+v", c)
 	} else if took := c.FinishedAt.Sub(c.StepStartedAt.Time); took < 14*time.Second {
-		t.Errorf("%d attempts took %v: the backoff (1s, 2s, 4s, 8s) was not honoured", controller.MaxAttempts, took)
+		t.Errorf("%d attempts took %v: the backoff (1s, 2s, 4s, 8s) was not honoured", target.MaxAttempts, took)
 	}
 	stalled := meta.FindStatusCondition(ro.Status.Conditions, v1alpha1.ConditionStalled)
 	if stalled == nil || stalled.Status != metav1.ConditionTrue || stalled.Reason != v1alpha1.ReasonRetriesExhausted ||
-		!strings.Contains(stalled.Message, fmt.Sprintf("attempt %d of %d", controller.MaxAttempts, controller.MaxAttempts)) || !strings.Contains(stalled.Message, denied) {
+		!strings.Contains(stalled.Message, fmt.Sprintf("attempt %d of %d", target.MaxAttempts, target.MaxAttempts)) || !strings.Contains(stalled.Message, denied) {
 		t.Errorf("Stalled must say the retries ran out and why: %+v", stalled)
 	}
 	if out := rewind(t, f.ns, "rollout", "status", f.name); !strings.Contains(out, denied) {

@@ -145,9 +145,14 @@ func jump(t *testing.T, hub client.Client, r *runner.Runner, m *testbed.Cluster,
 	if sv := storedVersions(t, dyn); !slices.Contains(sv, newB.APIVersion) {
 		t.Fatalf("after the upgrade to %s, storedVersions %v lack %s", to, sv, newB.APIVersion)
 	}
-	pre := got.Status.History[len(got.Status.History)-1].Snapshots[m.Name]
-	if pre == "" {
-		t.Fatalf("no pre-upgrade snapshot for %s in %+v", m.Name, got.Status.History)
+	// The upgrade's target names the snapshot it took before changing the cluster.
+	tgt := &v1alpha1.RolloutTarget{}
+	if err := hub.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "mysql-" + m.Name}, tgt); err != nil {
+		t.Fatal(err)
+	}
+	pre := tgt.Status.Snapshot
+	if pre == "" || tgt.Spec.Revision != got.Status.Revision {
+		t.Fatalf("no pre-upgrade snapshot for %s of revision %d: %+v", m.Name, got.Status.Revision, tgt.Status)
 	}
 
 	// Rollback, as a person asks for it.
@@ -308,7 +313,7 @@ func waitPhase(t *testing.T, hub client.Client, ro *v1alpha1.Rollout, rel, phase
 		return cur.Status.CurrentRelease == rel && cur.Status.Phase == phase, nil
 	})
 	if err != nil {
-		t.Fatalf("rollout did not reach %s for %s: phase %s release %s, clusters %+v, conditions %+v", phase, rel, cur.Status.Phase, cur.Status.CurrentRelease, cur.Status.Clusters, cur.Status.Conditions)
+		t.Fatalf("rollout did not reach %s for %s: phase %s release %s, targets %+v, failures %+v, conditions %+v", phase, rel, cur.Status.Phase, cur.Status.CurrentRelease, cur.Status.Targets, cur.Status.Failures, cur.Status.Conditions)
 	}
 	return cur
 }

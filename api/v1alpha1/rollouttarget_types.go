@@ -1,0 +1,167 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Labels on RolloutTargets.
+const (
+	// LabelRollout names the Rollout a RolloutTarget (or a Snapshot) belongs to.
+	LabelRollout = "rewind.dev/rollout"
+	// LabelCluster names the MemberCluster.
+	LabelCluster = "rewind.dev/cluster"
+	// LabelRevision is the Rollout revision a Snapshot was taken in.
+	LabelRevision = "rewind.dev/revision"
+)
+
+// RolloutTargetSpec is what one member cluster does in one revision of a Rollout. The Rollout
+// writes it when it plans a revision, and opens it (start) when the cluster's wave and
+// concurrency allow; it holds everything the per-cluster executor needs, so that the executor
+// never reads the Rollout.
+type RolloutTargetSpec struct {
+	// rollout is the name of the Rollout (same namespace) this target belongs to.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Rollout string `json:"rollout"`
+	// cluster is the MemberCluster.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Cluster string `json:"cluster"`
+	// revision is the Rollout revision the target belongs to.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	Revision int32 `json:"revision"`
+	// wave is the index of the wave the cluster belongs to.
+	// +optional
+	Wave int32 `json:"wave"`
+	// path is how the cluster reaches toRelease: Upgrade (precheck, snapshot, staged apply,
+	// health gate, record), Restore (back to snapshot, then apply toRelease, health gate,
+	// record) or None (already there).
+	// +required
+	// +kubebuilder:validation:Enum=Upgrade;Restore;None
+	Path string `json:"path"`
+	// fromRelease is the release the cluster runs before the change ("" for a first install).
+	// +optional
+	FromRelease string `json:"fromRelease,omitempty"`
+	// toRelease is the release the cluster runs after it.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	ToRelease string `json:"toRelease"`
+	// snapshot is, on the Restore path, the snapshot the cluster returns to; on the Upgrade
+	// path, the name the snapshot taken before the change gets.
+	// +optional
+	Snapshot string `json:"snapshot,omitempty"`
+	// operator, installNamespace, healthGates, pruneOnRollback and snapshotRetention are the
+	// Rollout's, as of the revision.
+	// +required
+	Operator string `json:"operator"`
+	// +required
+	InstallNamespace string `json:"installNamespace"`
+	// +optional
+	HealthGates HealthGates `json:"healthGates,omitempty"`
+	// +optional
+	PruneOnRollback bool `json:"pruneOnRollback,omitempty"`
+	// +optional
+	SnapshotRetention int32 `json:"snapshotRetention,omitempty"`
+	// start says the Rollout opened the change: until then the target stays Pending. Set
+	// back to false (the Rollout is paused), a target in progress holds before its next step.
+	// +optional
+	Start bool `json:"start,omitempty"`
+	// healthyUntil keeps a Succeeded target re-checking health until then (its wave's bake);
+	// health lost meanwhile fails it.
+	// +optional
+	HealthyUntil *metav1.Time `json:"healthyUntil,omitempty"`
+	// reason says why the target has this path (an automatic rollback, a restore after a
+	// failure).
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Reason string `json:"reason,omitempty"`
+}
+
+// RolloutTargetStatus is the journal of one cluster's change: every step is recorded before it
+// runs, so a restarted controller resumes it.
+type RolloutTargetStatus struct {
+	// observedGeneration is the generation last acted on.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// revision and path say which plan the journal belongs to: a spec with another revision or
+	// path (the failure policy turned an upgrade into a restore) starts a new journal.
+	// +optional
+	Revision int32 `json:"revision,omitempty"`
+	// +optional
+	Path string `json:"path,omitempty"`
+	// phase: Pending, Upgrading, Succeeded, Failed, RollingBack or RolledBack.
+	// +optional
+	Phase string `json:"phase,omitempty"`
+	// step is the step in progress or last done.
+	// +optional
+	Step string `json:"step,omitempty"`
+	// snapshot is the snapshot taken before the change (Upgrade) or restored (Restore).
+	// +optional
+	Snapshot string `json:"snapshot,omitempty"`
+	// restoreSteps are the restore steps completed (the restore's own journal).
+	// +optional
+	// +listType=atomic
+	RestoreSteps []string `json:"restoreSteps,omitempty"`
+	// attempt counts failed tries of the current step.
+	// +optional
+	Attempt int32 `json:"attempt,omitempty"`
+	// nextAttemptAt is when the step is tried again after a failed attempt (exponential
+	// backoff: 1s, 2s, 4s, ... up to 30s).
+	// +optional
+	NextAttemptAt *metav1.Time `json:"nextAttemptAt,omitempty"`
+	// message explains the phase.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// startedAt is when the change started.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// stepStartedAt is when the current step started.
+	// +optional
+	StepStartedAt *metav1.Time `json:"stepStartedAt,omitempty"`
+	// finishedAt is when the target reached a final phase.
+	// +optional
+	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
+	// healthCheckedAt is when health was last checked during a bake.
+	// +optional
+	HealthCheckedAt *metav1.Time `json:"healthCheckedAt,omitempty"`
+}
+
+// RolloutTarget is one member cluster's part of one Rollout: what it does in the current
+// revision (spec, written by the Rollout) and how far it got (status, the journal).
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:categories=rewind
+// +kubebuilder:printcolumn:name="Rollout",type=string,JSONPath=`.spec.rollout`
+// +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.spec.cluster`
+// +kubebuilder:printcolumn:name="Wave",type=integer,JSONPath=`.spec.wave`
+// +kubebuilder:printcolumn:name="Path",type=string,JSONPath=`.spec.path`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Step",type=string,JSONPath=`.status.step`
+// +kubebuilder:printcolumn:name="From",type=string,JSONPath=`.spec.fromRelease`,priority=1
+// +kubebuilder:printcolumn:name="To",type=string,JSONPath=`.spec.toRelease`
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.message`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type RolloutTarget struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec RolloutTargetSpec `json:"spec"`
+	// +optional
+	Status RolloutTargetStatus `json:"status,omitempty"`
+}
+
+// RolloutTargetList is a list of RolloutTargets.
+// +kubebuilder:object:root=true
+type RolloutTargetList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []RolloutTarget `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&RolloutTarget{}, &RolloutTargetList{})
+}

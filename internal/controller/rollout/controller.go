@@ -1,0 +1,363 @@
+// Package rollout orchestrates Rollouts across a fleet: it plans each revision (a pure
+// function), writes one RolloutTarget per member cluster, opens waves up to their concurrency,
+// aggregates the targets into a bounded status, bakes, takes approvals and applies the failure
+// policy. It never talks to a member cluster and never writes a Rollout's spec: the per-cluster
+// work runs in the target package, each cluster on its own worker.
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+
+	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/controller/target"
+	"github.com/rewind-dev/rewind/internal/metrics"
+	"github.com/rewind-dev/rewind/internal/release"
+)
+
+// Reconciler drives Rollouts.
+type Reconciler struct {
+	// Client reads (cached) and writes the hub; Hub reads what the manager does not cache
+	// (Secrets holding release manifests, Snapshots) straight from the API server.
+	Client client.Client
+	Hub    client.Reader
+	// Releases caches releases' manifests.
+	Releases *release.Cache
+	// Recorder records Events on Rollouts.
+	Recorder events.EventRecorder
+	// Now is the clock.
+	Now func() time.Time
+}
+
+func (r *Reconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+// +kubebuilder:rbac:groups=rewind.dev,resources=rollouts,verbs=get;list;watch
+// +kubebuilder:rbac:groups=rewind.dev,resources=rollouts/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=rewind.dev,resources=rollouttargets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=rewind.dev,resources=operatorreleases;memberclusters,verbs=get;list;watch
+// +kubebuilder:rbac:groups=rewind.dev,resources=snapshots,verbs=get;list;watch
+
+// Reconcile advances one Rollout. Its status is written once, at the end.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	ro := &v1alpha1.Rollout{}
+	if err := r.Client.Get(ctx, req.NamespacedName, ro); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	s := &scope{r: r, ro: ro, base: ro.DeepCopy()}
+	res, err := r.reconcile(ctx, s)
+	var terminal *stallError
+	if errors.As(err, &terminal) {
+		r.stall(s, terminal.reason, terminal.Error())
+		res, err = ctrl.Result{}, nil
+	} else if err == nil {
+		// Progress: a Stalled condition from a problem that is gone no longer holds.
+		s.clearStall()
+	}
+	if perr := s.patch(ctx); perr != nil {
+		err = errors.Join(err, perr)
+	}
+	return res, err
+}
+
+// scope carries one reconcile.
+type scope struct {
+	r    *Reconciler
+	ro   *v1alpha1.Rollout
+	base *v1alpha1.Rollout
+	// targets are the rollout's targets, by cluster.
+	targets map[string]*v1alpha1.RolloutTarget
+	// stalled says a Stalled condition was set by this reconcile.
+	stalled bool
+}
+
+// stallError is a problem only a person can fix: it is reported as Stalled, not retried.
+type stallError struct {
+	reason string
+	err    error
+}
+
+func (e *stallError) Error() string { return e.err.Error() }
+
+func stallf(reason, format string, args ...any) error {
+	return &stallError{reason: reason, err: fmt.Errorf(format, args...)}
+}
+
+func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, error) {
+	ro := s.ro
+	ro.Status.ObservedGeneration = ro.Generation
+	if err := s.loadTargets(ctx); err != nil {
+		return ctrl.Result{}, err
+	}
+	s.handleRequests()
+
+	switch {
+	case ro.Status.CurrentRelease != ro.Spec.Release && ro.Status.FailedRelease != ro.Spec.Release:
+		// A new release was asked for (or a retry of one that failed).
+		if err := r.startRevision(ctx, s, ro.Spec.Release, ""); err != nil {
+			return ctrl.Result{}, err
+		}
+	default:
+		if rel, reason, ok := s.interruptedStart(); ok {
+			// The controller stopped while it wrote a revision's targets: start it again (the
+			// targets already written keep their plan).
+			if err := r.startRevision(ctx, s, rel, reason); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
+	}
+	if ro.Status.Revision == 0 {
+		return ctrl.Result{}, nil
+	}
+	if err := s.hold(ctx, ro.Spec.Paused); err != nil {
+		return ctrl.Result{}, err
+	}
+	if ro.Spec.Paused {
+		s.setPhase(v1alpha1.RolloutPaused, "Paused", "spec.paused is true: no new step starts (rewind rollout resume)")
+		s.aggregate()
+		return ctrl.Result{}, nil
+	}
+	s.aggregate()
+	switch ro.Status.Phase {
+	case v1alpha1.RolloutSucceeded, v1alpha1.RolloutRolledBack, v1alpha1.RolloutFailed:
+		return ctrl.Result{}, nil
+	}
+	if s.restoringFailed() {
+		return r.restoreFailedClusters(ctx, s)
+	}
+	rollback := s.isRollback()
+	d := Decide(&ro.Spec, ro.Status.CurrentWave, s.approved, s.clusters(), rollback)
+	switch {
+	case len(d.Failed) > 0 && !rollback:
+		return r.onFailure(ctx, s, d.Failed)
+	case d.AllDone:
+		r.finish(s, rollback, d.Failed)
+		return ctrl.Result{}, nil
+	case d.NeedsApproval:
+		w := ro.Spec.Waves[ro.Status.CurrentWave]
+		s.setPhase(v1alpha1.RolloutWaitingForApproval, v1alpha1.ReasonAwaitingApproval,
+			fmt.Sprintf("wave %q waits for approval of revision %d: rewind rollout approve %s %s", w.Name, ro.Status.Revision, ro.Name, w.Name))
+		return ctrl.Result{}, nil
+	case d.GroupDone:
+		return r.bakeOrNextGroup(ctx, s, rollback)
+	}
+	phase, what := v1alpha1.RolloutProgressing, "rolling out"
+	if rollback {
+		phase, what = v1alpha1.RolloutRollingBack, "rolling back to"
+	}
+	groups := Groups(&ro.Spec, rollback)
+	s.setPhase(phase, v1alpha1.ReasonProgressing, fmt.Sprintf("%s %s: group %d of %d, %d/%d clusters done",
+		what, ro.Status.CurrentRelease, ro.Status.CurrentWave+1, len(groups), ro.Status.Targets.Succeeded+ro.Status.Targets.RolledBack, ro.Status.Targets.Total))
+	for _, name := range d.Start {
+		if err := s.updateTarget(ctx, name, func(t *v1alpha1.RolloutTarget) { t.Spec.Start = true }); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	return ctrl.Result{}, nil
+}
+
+// handleRequests takes the annotations a person set: a retry of a failed release, and a new
+// spec.release clears a failure held for another one.
+func (s *scope) handleRequests() {
+	ro := s.ro
+	if v := ro.Annotations[v1alpha1.AnnotationRetry]; v != "" && v != ro.Status.LastHandledRetry {
+		ro.Status.LastHandledRetry = v
+		if ro.Status.FailedRelease != "" {
+			s.event("Normal", "RetryRequested", "retrying %s, which failed: %s", ro.Status.FailedRelease, ro.Status.FailureReason)
+			ro.Status.FailedRelease, ro.Status.FailureReason = "", ""
+		}
+	}
+	if ro.Status.FailedRelease != "" && ro.Status.FailedRelease != ro.Spec.Release {
+		ro.Status.FailedRelease, ro.Status.FailureReason = "", ""
+	}
+}
+
+// loadTargets reads the rollout's targets.
+func (s *scope) loadTargets(ctx context.Context) error {
+	var list v1alpha1.RolloutTargetList
+	if err := s.r.Client.List(ctx, &list, client.InNamespace(s.ro.Namespace), client.MatchingLabels{v1alpha1.LabelRollout: s.ro.Name}); err != nil {
+		return fmt.Errorf("listing the rollout's targets: %w", err)
+	}
+	s.targets = map[string]*v1alpha1.RolloutTarget{}
+	for i := range list.Items {
+		t := &list.Items[i]
+		if metav1.IsControlledBy(t, s.ro) {
+			s.targets[t.Spec.Cluster] = t
+		}
+	}
+	return nil
+}
+
+// current returns the targets of the current revision, by cluster name.
+func (s *scope) current() []*v1alpha1.RolloutTarget {
+	var out []*v1alpha1.RolloutTarget
+	for _, t := range s.targets {
+		if t.Spec.Revision == s.ro.Status.Revision {
+			out = append(out, t)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Spec.Cluster < out[j].Spec.Cluster })
+	return out
+}
+
+// phaseOf is a target's phase for its current plan ("" while its executor has not seen it).
+func phaseOf(t *v1alpha1.RolloutTarget) string {
+	if t.Status.Revision != t.Spec.Revision || t.Status.Path != t.Spec.Path {
+		return v1alpha1.ClusterPending
+	}
+	return t.Status.Phase
+}
+
+func (s *scope) clusters() []Cluster {
+	var out []Cluster
+	for _, t := range s.current() {
+		out = append(out, Cluster{Name: t.Spec.Cluster, Wave: t.Spec.Wave, Phase: phaseOf(t), Started: t.Spec.Start})
+	}
+	return out
+}
+
+func (s *scope) approved(wave string) bool {
+	return s.ro.Annotations[v1alpha1.AnnotationApprovedPrefix+wave] == strconv.Itoa(int(s.ro.Status.Revision))
+}
+
+// isRollback says whether the revision goes back: its clusters return to snapshots taken under
+// the release it rolls out. The restore of a failed cluster inside an upgrade (failure policy
+// RollbackFailed) targets the release before and does not count.
+func (s *scope) isRollback() bool {
+	for _, t := range s.current() {
+		if t.Spec.Path == v1alpha1.PathRestore && t.Spec.ToRelease == s.ro.Status.CurrentRelease {
+			return true
+		}
+	}
+	return false
+}
+
+// isFailedRestore says whether a target restores a failed cluster of an upgrade
+// (RollbackFailed): a restore to another release than the revision's.
+func (s *scope) isFailedRestore(t *v1alpha1.RolloutTarget) bool {
+	return t.Spec.Path == v1alpha1.PathRestore && t.Spec.ToRelease != s.ro.Status.CurrentRelease
+}
+
+func (s *scope) restoringFailed() bool {
+	for _, t := range s.current() {
+		if s.isFailedRestore(t) {
+			return true
+		}
+	}
+	return false
+}
+
+// interruptedStart finds a revision whose targets were being written when the controller
+// stopped: targets of the revision after the current one. It returns what that revision
+// rolls out and why.
+func (s *scope) interruptedStart() (release, reason string, ok bool) {
+	for _, t := range s.targets {
+		if t.Spec.Revision == s.ro.Status.Revision+1 {
+			return t.Spec.ToRelease, t.Spec.Reason, true
+		}
+	}
+	return "", "", false
+}
+
+// updateTarget changes a target's spec, retrying on conflicts.
+func (s *scope) updateTarget(ctx context.Context, cluster string, mutate func(*v1alpha1.RolloutTarget)) error {
+	t := s.targets[cluster]
+	if t == nil {
+		return fmt.Errorf("no target for cluster %s", cluster)
+	}
+	for attempt := 0; ; attempt++ {
+		base := t.DeepCopy()
+		mutate(t)
+		if equality.Semantic.DeepEqual(base.Spec, t.Spec) {
+			return nil
+		}
+		err := s.r.Client.Patch(ctx, t, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+		if apierrors.IsConflict(err) && attempt < 5 {
+			if err := s.r.Client.Get(ctx, client.ObjectKeyFromObject(t), t); err != nil {
+				return err
+			}
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("updating RolloutTarget %s: %w", t.Name, err)
+		}
+		return nil
+	}
+}
+
+// hold closes (paused) or reopens the revision's targets in progress.
+func (s *scope) hold(ctx context.Context, paused bool) error {
+	for _, t := range s.current() {
+		if !target.Active(phaseOf(t)) {
+			continue
+		}
+		if err := s.updateTarget(ctx, t.Spec.Cluster, func(t *v1alpha1.RolloutTarget) { t.Spec.Start = !paused }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SetupWithManager registers the reconciler: a change of a Rollout or of any of its targets
+// reconciles the Rollout.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.Rollout{}).
+		Owns(&v1alpha1.RolloutTarget{}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		Complete(r)
+}
+
+// event records an Event on the Rollout and counts it.
+func (s *scope) event(typ, reason, format string, args ...any) {
+	metrics.Transitions.WithLabelValues(reason).Inc()
+	if s.r.Recorder != nil {
+		s.r.Recorder.Eventf(s.ro, nil, typ, reason, "Reconcile", format, args...)
+	}
+}
+
+// patch writes the status if it changed.
+func (s *scope) patch(ctx context.Context) error {
+	s.updatePhaseMetrics()
+	if equality.Semantic.DeepEqual(s.base.Status, s.ro.Status) {
+		return nil
+	}
+	if err := s.r.Client.Status().Patch(ctx, s.ro, client.MergeFrom(s.base)); err != nil {
+		return fmt.Errorf("patching Rollout status: %w", err)
+	}
+	s.base = s.ro.DeepCopy()
+	return nil
+}
+
+func (s *scope) updatePhaseMetrics() {
+	ro := s.ro
+	for _, p := range []string{v1alpha1.RolloutProgressing, v1alpha1.RolloutWaitingForApproval, v1alpha1.RolloutBaking, v1alpha1.RolloutSucceeded,
+		v1alpha1.RolloutFailed, v1alpha1.RolloutRollingBack, v1alpha1.RolloutRolledBack, v1alpha1.RolloutPaused} {
+		v := 0.0
+		if ro.Status.Phase == p {
+			v = 1
+		}
+		metrics.RolloutPhase.WithLabelValues(ro.Namespace, ro.Name, p).Set(v)
+	}
+	metrics.RolloutStalled.DeletePartialMatch(map[string]string{"namespace": ro.Namespace, "rollout": ro.Name})
+	if c := meta.FindStatusCondition(ro.Status.Conditions, v1alpha1.ConditionStalled); c != nil && c.Status == metav1.ConditionTrue {
+		metrics.RolloutStalled.WithLabelValues(ro.Namespace, ro.Name, c.Reason).Set(1)
+	}
+}

@@ -1,0 +1,145 @@
+package rollout
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/controller/target"
+)
+
+const (
+	upgrade = v1alpha1.PathUpgrade
+	restore = v1alpha1.PathRestore
+	none    = v1alpha1.PathNone
+)
+
+func prevUpgrade(from, to, phase, step, snap string) Previous {
+	return Previous{Path: upgrade, Phase: phase, Step: step, FromRelease: from, ToRelease: to, Snapshot: snap}
+}
+
+func TestPlan(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	one := []WaveCluster{{Name: "m1"}}
+	cases := []struct {
+		name string
+		// in is the plan's input (Rollout "ro", revision 5 unless set).
+		in PlanInput
+		// want is each cluster's path, from, to and snapshot.
+		want []TargetPlan
+	}{
+		{
+			name: "a first install upgrades every cluster from nothing and names its snapshot",
+			in:   PlanInput{Release: "a", Clusters: []WaveCluster{{Name: "m1"}, {Name: "m2", Wave: 1}}},
+			want: []TargetPlan{
+				{Cluster: "m1", Path: upgrade, ToRelease: "a", Snapshot: "ro-m1-r5"},
+				{Cluster: "m2", Wave: 1, Path: upgrade, ToRelease: "a", Snapshot: "ro-m2-r5"},
+			},
+		},
+		{
+			name: "an upgrade goes from the release each cluster reached",
+			in: PlanInput{Release: "b", PrevRelease: "a", Clusters: one,
+				Previous: map[string]Previous{"m1": prevUpgrade("", "a", v1alpha1.ClusterSucceeded, target.StepDone, "ro-m1-r4")}},
+			want: []TargetPlan{{Cluster: "m1", Path: upgrade, FromRelease: "a", ToRelease: "b", Snapshot: "ro-m1-r5"}},
+		},
+		{
+			name: "going back, a cluster the previous revision changed returns to the snapshot taken before the change",
+			in: PlanInput{Release: "a", PrevRelease: "b", Clusters: one,
+				Previous: map[string]Previous{"m1": prevUpgrade("a", "b", v1alpha1.ClusterSucceeded, target.StepDone, "ro-m1-r4")}},
+			want: []TargetPlan{{Cluster: "m1", Path: restore, FromRelease: "b", ToRelease: "a", Snapshot: "ro-m1-r4"}},
+		},
+		{
+			name: "going back, a cluster that failed after changing returns to its snapshot too",
+			in: PlanInput{Release: "a", PrevRelease: "b", Clusters: one,
+				Previous: map[string]Previous{"m1": prevUpgrade("a", "b", v1alpha1.ClusterFailed, target.StepHealthGate, "ro-m1-r4")}},
+			want: []TargetPlan{{Cluster: "m1", Path: restore, FromRelease: "b", ToRelease: "a", Snapshot: "ro-m1-r4"}},
+		},
+		{
+			// The defect: the "further back" lookup ran first, and gave a cluster still on the
+			// desired release a restore to an old snapshot, reverting every CR change since.
+			name: "going back, a cluster the previous revision never started needs nothing, even with an older snapshot under the release",
+			in: PlanInput{Release: "a", PrevRelease: "b", Clusters: one,
+				Previous:  map[string]Previous{"m1": prevUpgrade("a", "b", v1alpha1.ClusterPending, "", "")},
+				Snapshots: []SnapshotRef{{Name: "ro-m1-r2", Cluster: "m1", Release: "a", CapturedAt: t0}}},
+			want: []TargetPlan{{Cluster: "m1", Path: none, FromRelease: "a", ToRelease: "a", Message: "not changed by b: nothing to roll back"}},
+		},
+		{
+			name: "going back, a cluster that failed at its precheck needs nothing, even with an older snapshot under the release",
+			in: PlanInput{Release: "a", PrevRelease: "b", Clusters: one,
+				Previous:  map[string]Previous{"m1": prevUpgrade("a", "b", v1alpha1.ClusterFailed, target.StepPrecheck, "")},
+				Snapshots: []SnapshotRef{{Name: "ro-m1-r2", Cluster: "m1", Release: "a", CapturedAt: t0}}},
+			want: []TargetPlan{{Cluster: "m1", Path: none, FromRelease: "a", ToRelease: "a", Message: "not changed by b: nothing to roll back"}},
+		},
+		{
+			// The defect: a cluster that failed at its precheck was given the failed release as
+			// the one it runs, so the next revision's precheck refused it.
+			name: "forward, a cluster that failed at its precheck goes from the release it still runs",
+			in: PlanInput{Release: "c", PrevRelease: "b", Clusters: one,
+				Previous: map[string]Previous{"m1": prevUpgrade("a", "b", v1alpha1.ClusterFailed, target.StepPrecheck, "")}},
+			want: []TargetPlan{{Cluster: "m1", Path: upgrade, FromRelease: "a", ToRelease: "c", Snapshot: "ro-m1-r5"}},
+		},
+		{
+			name: "forward, a cluster never started goes from the release it runs",
+			in: PlanInput{Release: "c", PrevRelease: "b", Clusters: one,
+				Previous: map[string]Previous{"m1": prevUpgrade("a", "b", v1alpha1.ClusterPending, "", "")}},
+			want: []TargetPlan{{Cluster: "m1", Path: upgrade, FromRelease: "a", ToRelease: "c", Snapshot: "ro-m1-r5"}},
+		},
+		{
+			name: "forward, a cluster RollbackFailed restored goes from the release it was restored to",
+			in: PlanInput{Release: "c", PrevRelease: "b", Clusters: one,
+				Previous: map[string]Previous{"m1": {Path: restore, Phase: v1alpha1.ClusterRolledBack, Step: target.StepDone, FromRelease: "b", ToRelease: "a", Snapshot: "ro-m1-r4"}}},
+			want: []TargetPlan{{Cluster: "m1", Path: upgrade, FromRelease: "a", ToRelease: "c", Snapshot: "ro-m1-r5"}},
+		},
+		{
+			name: "further back (v3 -> v1): the newest snapshot taken while the release was installed",
+			in: PlanInput{Release: "a", PrevRelease: "c", Clusters: one,
+				Previous: map[string]Previous{"m1": prevUpgrade("b", "c", v1alpha1.ClusterSucceeded, target.StepDone, "ro-m1-r4")},
+				Snapshots: []SnapshotRef{
+					{Name: "ro-m1-r1", Cluster: "m1", Release: "", CapturedAt: t0},
+					{Name: "ro-m1-r2", Cluster: "m1", Release: "a", CapturedAt: t0.Add(time.Hour)},
+					{Name: "ro-m1-r3", Cluster: "m1", Release: "a", CapturedAt: t0.Add(2 * time.Hour)},
+					{Name: "ro-m2-r3", Cluster: "m2", Release: "a", CapturedAt: t0.Add(3 * time.Hour)},
+					{Name: "ro-m1-r4", Cluster: "m1", Release: "b", CapturedAt: t0.Add(4 * time.Hour)},
+				}},
+			want: []TargetPlan{{Cluster: "m1", Path: restore, FromRelease: "c", ToRelease: "a", Snapshot: "ro-m1-r3"}},
+		},
+		{
+			name: "a restore that did not finish is resumed from the same snapshot",
+			in: PlanInput{Release: "a", PrevRelease: "a", Clusters: one,
+				Previous: map[string]Previous{"m1": {Path: restore, Phase: v1alpha1.ClusterFailed, Step: target.StepRestore, FromRelease: "b", ToRelease: "a", Snapshot: "ro-m1-r4"}}},
+			want: []TargetPlan{{Cluster: "m1", Path: restore, FromRelease: "b", ToRelease: "a", Snapshot: "ro-m1-r4"}},
+		},
+		{
+			name: "a retry of a release keeps the clusters that run it and upgrades the others",
+			in: PlanInput{Release: "b", PrevRelease: "a", Clusters: []WaveCluster{{Name: "m1"}, {Name: "m2"}},
+				Previous: map[string]Previous{
+					"m1": {Path: none, Phase: v1alpha1.ClusterSucceeded, Step: target.StepDone, FromRelease: "b", ToRelease: "b"},
+					"m2": {Path: restore, Phase: v1alpha1.ClusterRolledBack, Step: target.StepDone, FromRelease: "b", ToRelease: "a", Snapshot: "ro-m2-r3"},
+				}},
+			want: []TargetPlan{
+				{Cluster: "m1", Path: none, FromRelease: "b", ToRelease: "b", Message: "already runs b"},
+				{Cluster: "m2", Path: upgrade, FromRelease: "a", ToRelease: "b", Snapshot: "ro-m2-r5"},
+			},
+		},
+		{
+			name: "a cluster that joins the fleet later goes from the rollout's previous release",
+			in: PlanInput{Release: "c", PrevRelease: "b", Clusters: []WaveCluster{{Name: "new"}}},
+			want: []TargetPlan{{Cluster: "new", Path: upgrade, FromRelease: "b", ToRelease: "c", Snapshot: "ro-new-r5"}},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.in.Rollout, tc.in.Revision = "ro", 5
+			got := Plan(tc.in)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Fatalf("plan (-want +got):\n%s", diff)
+			}
+			// Pure: the same input, the same plan.
+			if diff := cmp.Diff(got, Plan(tc.in)); diff != "" {
+				t.Fatalf("a second plan differs:\n%s", diff)
+			}
+		})
+	}
+}

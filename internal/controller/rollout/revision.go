@@ -1,0 +1,260 @@
+package rollout
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/health"
+	"github.com/rewind-dev/rewind/internal/metrics"
+	"github.com/rewind-dev/rewind/internal/snapshot"
+)
+
+// historyLimit bounds the revisions kept in status.history.
+const historyLimit = 20
+
+// startRevision begins rolling out rel: everything that can be checked without a member is
+// checked first (the release loads, the CEL checks compile, the waves resolve to clusters), so
+// a mistake stops the rollout before any cluster changes. Then each cluster's path is planned,
+// the targets are written, and the revision is recorded. automatic is the reason when the
+// failure policy rolls back (spec.release is left as it is).
+func (r *Reconciler) startRevision(ctx context.Context, s *scope, rel, automatic string) error {
+	ro := s.ro
+	if _, _, err := r.Releases.Load(ctx, r.Hub, ro.Namespace, rel); err != nil {
+		if apierrors.IsNotFound(err) {
+			return stallf(v1alpha1.ReasonReleaseNotFound, "%v", err)
+		}
+		return err // transient: retried with backoff
+	}
+	if _, err := health.CompileCEL(ro.Spec.HealthGates.CEL); err != nil {
+		return stallf(v1alpha1.ReasonInvalidSpec, "%v", err)
+	}
+	clusters, err := r.resolve(ctx, ro)
+	if err != nil {
+		return err
+	}
+	snaps, err := r.snapshots(ctx, ro)
+	if err != nil {
+		return err
+	}
+	revision := ro.Status.Revision + 1
+	prev := map[string]Previous{}
+	for name, t := range s.targets {
+		if t.Spec.Revision == revision {
+			continue // planned already (a start the controller did not finish)
+		}
+		prev[name] = Previous{Path: t.Spec.Path, Phase: phaseOf(t), Step: t.Status.Step,
+			FromRelease: t.Spec.FromRelease, ToRelease: t.Spec.ToRelease, Snapshot: snapshotOf(t)}
+	}
+	plans := Plan(PlanInput{Rollout: ro.Name, Revision: revision, Release: rel, PrevRelease: ro.Status.CurrentRelease,
+		Clusters: clusters, Previous: prev, Snapshots: snaps})
+	if err := r.writeTargets(ctx, s, revision, plans, automatic); err != nil {
+		return err
+	}
+
+	// The revision is on record only once its targets are.
+	now := metav1.NewTime(r.now())
+	if h := s.revision(); h != nil && h.FinishedAt == nil {
+		h.FinishedAt, h.Outcome = &now, "Superseded"
+		if automatic != "" {
+			h.Outcome, h.Reason = "RolledBack", automatic
+		}
+		s.observeDuration(h)
+	}
+	reason := ""
+	if automatic != "" {
+		ro.Status.FailedRelease, ro.Status.FailureReason = ro.Status.CurrentRelease, automatic
+		reason = automatic
+		metrics.Rollbacks.WithLabelValues(ro.Namespace, ro.Name, v1alpha1.ReasonAutomaticRollback).Inc()
+	} else if IsRollback(plans) {
+		// A person's rollback: the reason they gave (rewind rollback --reason), once.
+		if v := ro.Annotations[v1alpha1.AnnotationRollbackReason]; v != "" && v != ro.Status.LastRollbackReason {
+			reason = v
+		}
+		ro.Status.LastRollbackReason = ro.Annotations[v1alpha1.AnnotationRollbackReason]
+		metrics.Rollbacks.WithLabelValues(ro.Namespace, ro.Name, v1alpha1.ReasonManualRollback).Inc()
+	}
+	ro.Status.PreviousRelease = ro.Status.CurrentRelease
+	ro.Status.CurrentRelease = rel
+	ro.Status.CurrentWave = 0
+	ro.Status.BakeStartedAt = nil
+	ro.Status.Revision = revision
+	ro.Status.Phase = v1alpha1.RolloutProgressing
+	ro.Status.Targets = v1alpha1.TargetCounts{Total: int32(len(plans))}
+	ro.Status.Failures = nil
+	meta.RemoveStatusCondition(&ro.Status.Conditions, v1alpha1.ConditionRolledBack)
+	ro.Status.History = append(ro.Status.History, v1alpha1.Revision{Revision: revision, Release: rel, StartedAt: &now, Outcome: "InProgress",
+		Reason: reason, Automatic: automatic != ""})
+	if len(ro.Status.History) > historyLimit {
+		ro.Status.History = ro.Status.History[len(ro.Status.History)-historyLimit:]
+	}
+	s.event("Normal", "RevisionStarted", "rolling out %s (revision %d, from %s)", rel, revision, dash(ro.Status.PreviousRelease))
+	return nil
+}
+
+// snapshotOf is the snapshot a target took or restored.
+func snapshotOf(t *v1alpha1.RolloutTarget) string {
+	if t.Status.Revision == t.Spec.Revision && t.Status.Snapshot != "" {
+		return t.Status.Snapshot
+	}
+	if t.Spec.Path == v1alpha1.PathRestore {
+		return t.Spec.Snapshot
+	}
+	return ""
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}
+
+// writeTargets creates or updates one RolloutTarget per planned cluster, and deletes the
+// targets of clusters the rollout no longer selects.
+func (r *Reconciler) writeTargets(ctx context.Context, s *scope, revision int32, plans []TargetPlan, reason string) error {
+	ro := s.ro
+	planned := map[string]bool{}
+	for _, p := range plans {
+		planned[p.Cluster] = true
+		t := s.targets[p.Cluster]
+		if t != nil && t.Spec.Revision == revision {
+			continue
+		}
+		spec := v1alpha1.RolloutTargetSpec{
+			Rollout: ro.Name, Cluster: p.Cluster, Revision: revision, Wave: p.Wave, Path: p.Path,
+			FromRelease: p.FromRelease, ToRelease: p.ToRelease, Snapshot: p.Snapshot,
+			Operator: ro.Spec.Operator, InstallNamespace: ro.Spec.InstallNamespace, HealthGates: ro.Spec.HealthGates,
+			PruneOnRollback: ro.Spec.PruneOnRollback, SnapshotRetention: ro.Spec.SnapshotRetention,
+			// A cluster with nothing to do is opened at once: its executor only records it.
+			Start:  p.Path == v1alpha1.PathNone,
+			Reason: reason,
+		}
+		if p.Message != "" && reason == "" {
+			spec.Reason = p.Message
+		}
+		if t == nil {
+			t = &v1alpha1.RolloutTarget{ObjectMeta: metav1.ObjectMeta{Namespace: ro.Namespace, Name: TargetName(ro.Name, p.Cluster),
+				Labels: map[string]string{v1alpha1.LabelRollout: ro.Name, v1alpha1.LabelCluster: p.Cluster}}, Spec: spec}
+			if err := controllerutil.SetControllerReference(ro, t, r.Client.Scheme()); err != nil {
+				return err
+			}
+			if err := r.Client.Create(ctx, t); err != nil {
+				return fmt.Errorf("creating RolloutTarget %s: %w", t.Name, err)
+			}
+			s.targets[p.Cluster] = t
+			continue
+		}
+		if err := s.updateTarget(ctx, p.Cluster, func(t *v1alpha1.RolloutTarget) { t.Spec = spec }); err != nil {
+			return err
+		}
+	}
+	for name, t := range s.targets {
+		if planned[name] {
+			continue
+		}
+		if err := r.Client.Delete(ctx, t); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting RolloutTarget %s of a cluster no wave selects: %w", t.Name, err)
+		}
+		delete(s.targets, name)
+	}
+	return nil
+}
+
+// TargetName names the target of a cluster in a rollout.
+func TargetName(rollout, cluster string) string {
+	n := rollout + "-" + cluster
+	if len(n) > 253 {
+		n = n[:253]
+	}
+	return n
+}
+
+// resolve returns every wave's clusters; a cluster belongs to the first wave that selects it.
+func (r *Reconciler) resolve(ctx context.Context, ro *v1alpha1.Rollout) ([]WaveCluster, error) {
+	var list v1alpha1.MemberClusterList
+	if err := r.Client.List(ctx, &list); err != nil {
+		return nil, fmt.Errorf("listing MemberClusters: %w", err)
+	}
+	seen := map[string]bool{}
+	var out []WaveCluster
+	for i, w := range ro.Spec.Waves {
+		var names []string
+		if len(w.Clusters) > 0 {
+			for _, n := range w.Clusters {
+				if !slices.ContainsFunc(list.Items, func(mc v1alpha1.MemberCluster) bool { return mc.Name == n }) {
+					return nil, stallf(v1alpha1.ReasonInvalidSpec, "spec.waves[%d].clusters names %q, which is not a MemberCluster (register it with rewind clusters add)", i, n)
+				}
+				names = append(names, n)
+			}
+		} else {
+			sel, err := metav1.LabelSelectorAsSelector(w.Selector)
+			if err != nil {
+				return nil, stallf(v1alpha1.ReasonInvalidSpec, "spec.waves[%d].selector: %v", i, err)
+			}
+			for _, mc := range list.Items {
+				if sel.Matches(labels.Set(mc.Labels)) {
+					names = append(names, mc.Name)
+				}
+			}
+		}
+		slices.Sort(names)
+		for _, n := range names {
+			if !seen[n] {
+				seen[n] = true
+				out = append(out, WaveCluster{Name: n, Wave: int32(i)})
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, stallf(v1alpha1.ReasonInvalidSpec, "no MemberCluster matches any wave of the rollout (spec.waves)")
+	}
+	return out, nil
+}
+
+// snapshots lists the complete snapshots this rollout took.
+func (r *Reconciler) snapshots(ctx context.Context, ro *v1alpha1.Rollout) ([]SnapshotRef, error) {
+	var list v1alpha1.SnapshotList
+	if err := r.Hub.List(ctx, &list, client.InNamespace(ro.Namespace), client.MatchingLabels{snapshot.LabelOperator: ro.Spec.Operator}); err != nil {
+		return nil, fmt.Errorf("listing the rollout's snapshots: %w", err)
+	}
+	var out []SnapshotRef
+	for _, sn := range list.Items {
+		if sn.Spec.Rollout != ro.Namespace+"/"+ro.Name || !meta.IsStatusConditionTrue(sn.Status.Conditions, v1alpha1.ConditionReady) {
+			continue
+		}
+		t := sn.CreationTimestamp.Time
+		if sn.Status.CapturedAt != nil {
+			t = sn.Status.CapturedAt.Time
+		}
+		out = append(out, SnapshotRef{Name: sn.Name, Cluster: sn.Spec.Cluster, Release: sn.Spec.Release, CapturedAt: t})
+	}
+	return out, nil
+}
+
+// revision returns the newest history entry.
+func (s *scope) revision() *v1alpha1.Revision {
+	h := s.ro.Status.History
+	if len(h) == 0 {
+		return nil
+	}
+	return &h[len(h)-1]
+}
+
+func (s *scope) observeDuration(h *v1alpha1.Revision) {
+	if h.StartedAt != nil && h.FinishedAt != nil {
+		metrics.RolloutDuration.WithLabelValues(s.ro.Namespace, s.ro.Name, h.Outcome).Observe(h.FinishedAt.Sub(h.StartedAt.Time).Seconds())
+	}
+}
+
+// revisionLabel is the value of the revision label of a rollout's snapshots.
+func revisionLabel(rev int32) string { return strconv.Itoa(int(rev)) }

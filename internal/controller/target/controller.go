@@ -1,0 +1,361 @@
+// Package target executes one member cluster's part of a Rollout: the RolloutTarget's state
+// machine (precheck, snapshot, staged apply, health gate, record; or restore, apply, health
+// gate, record), one step per file, journaled in the target's status before each step runs,
+// so that a restarted controller resumes. Many targets run at once, each on its own worker:
+// no cluster waits for another.
+package target
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/member"
+	"github.com/rewind-dev/rewind/internal/metrics"
+	"github.com/rewind-dev/rewind/internal/release"
+	"github.com/rewind-dev/rewind/internal/snapshot"
+)
+
+// MaxAttempts bounds the tries of one step before the target fails.
+const MaxAttempts = 5
+
+// ErrCrash is returned when a test's CrashAt hook stops the reconciler at a step.
+var ErrCrash = errors.New("crash injected")
+
+// Reconciler executes RolloutTargets.
+type Reconciler struct {
+	// Client reads and writes the hub (RolloutTargets, Snapshots); Hub reads what the manager
+	// does not cache (Secrets) straight from the API server.
+	Client client.Client
+	Hub    client.Reader
+	// Members gives access to member clusters.
+	Members *member.Cache
+	// Releases caches releases' manifests.
+	Releases *release.Cache
+	// Recorder records Events on the Rollout.
+	Recorder events.EventRecorder
+	// Now is the clock.
+	Now func() time.Time
+	// GatePoll is how often an unhealthy cluster is re-checked (default 2s).
+	GatePoll time.Duration
+	// Workers is how many targets run at once (default 32).
+	Workers int
+	// CrashAt, when it returns true for a cluster and step, stops the reconciler right after
+	// the step was recorded as started (tests of crash safety).
+	CrashAt func(cluster, step string) bool
+}
+
+func (r *Reconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+func (r *Reconciler) gatePoll() time.Duration {
+	if r.GatePoll > 0 {
+		return r.GatePoll
+	}
+	return 2 * time.Second
+}
+
+// +kubebuilder:rbac:groups=rewind.dev,resources=rollouttargets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=rewind.dev,resources=rollouttargets/status,verbs=get;update;patch
+
+// Reconcile runs a target's steps until one must wait (a health gate polling, a backoff) or
+// the target is done. Its status is patched before every step.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	t := &v1alpha1.RolloutTarget{}
+	if err := r.Client.Get(ctx, req.NamespacedName, t); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	x := &execution{r: r, t: t, base: t.DeepCopy()}
+	res, err := r.reconcile(ctx, x)
+	if errors.Is(err, ErrCrash) {
+		return ctrl.Result{}, err
+	}
+	if perr := x.patch(ctx); perr != nil {
+		err = errors.Join(err, perr)
+	}
+	return res, err
+}
+
+func (r *Reconciler) reconcile(ctx context.Context, x *execution) (ctrl.Result, error) {
+	t := x.t
+	st := &t.Status
+	if st.Revision != t.Spec.Revision || st.Path != t.Spec.Path {
+		// A new plan (a new revision, or a path the Rollout's failure policy changed): a new
+		// journal.
+		*st = v1alpha1.RolloutTargetStatus{Revision: t.Spec.Revision, Path: t.Spec.Path, Phase: v1alpha1.ClusterPending}
+	}
+	st.ObservedGeneration = t.Generation
+	if !t.Spec.Start {
+		if Active(st.Phase) {
+			st.Message = "held before " + st.Step + ": the rollout is paused"
+		}
+		return ctrl.Result{}, nil
+	}
+	if st.Phase == v1alpha1.ClusterPending {
+		now := metav1.NewTime(r.now())
+		st.Phase, st.Step, st.StartedAt, st.StepStartedAt = v1alpha1.ClusterUpgrading, FirstStep(t.Spec.Path), &now, &now
+		if t.Spec.Path == v1alpha1.PathRestore {
+			st.Phase = v1alpha1.ClusterRollingBack
+			st.Snapshot = t.Spec.Snapshot
+		}
+		x.event("Normal", "ClusterStarted", "%s: %s %s -> %s", t.Spec.Cluster, t.Spec.Path, dash(t.Spec.FromRelease), t.Spec.ToRelease)
+	}
+	if Terminal(st.Phase) {
+		return r.bake(ctx, x)
+	}
+	for {
+		if st.NextAttemptAt != nil {
+			if wait := st.NextAttemptAt.Sub(r.now()); wait > 0 {
+				return ctrl.Result{RequeueAfter: wait}, nil
+			}
+		}
+		if st.Step == StepDone {
+			r.finish(x)
+			return ctrl.Result{}, nil
+		}
+		// The step is on record before it runs: a crash resumes it.
+		if err := x.patch(ctx); err != nil {
+			return ctrl.Result{}, err
+		}
+		if r.CrashAt != nil && r.CrashAt(t.Spec.Cluster, st.Step) {
+			return ctrl.Result{}, ErrCrash
+		}
+		name := st.Step
+		started := time.Now()
+		wait, err := r.runStep(ctx, x)
+		metrics.StepDuration.WithLabelValues(t.Namespace, t.Spec.Rollout, t.Spec.Cluster, name).Observe(time.Since(started).Seconds())
+		switch {
+		case err == nil && wait > 0:
+			return ctrl.Result{RequeueAfter: wait}, nil // still waiting (a health gate)
+		case err == nil:
+			r.stepDone(x)
+			continue
+		case isTerminal(err) || errors.Is(err, context.Canceled) && ctx.Err() != nil:
+			if ctx.Err() != nil {
+				return ctrl.Result{}, ctx.Err() // shutting down: the journal resumes
+			}
+			r.fail(x, err.Error())
+			return ctrl.Result{}, nil
+		}
+		st.Attempt++
+		st.Message = fmt.Sprintf("%s failed (attempt %d of %d): %v", st.Step, st.Attempt, MaxAttempts, err)
+		if st.Attempt >= MaxAttempts {
+			r.fail(x, st.Message)
+			return ctrl.Result{}, nil
+		}
+		backoff := min(time.Duration(math.Pow(2, float64(st.Attempt)))*500*time.Millisecond, 30*time.Second)
+		// Rounded up to the second, as status times are stored: the wait is never shorter.
+		next := metav1.NewTime(r.now().Add(backoff).Truncate(time.Second).Add(time.Second))
+		st.NextAttemptAt = &next
+		return ctrl.Result{RequeueAfter: next.Sub(r.now())}, nil
+	}
+}
+
+// runStep runs the current step against the target's member.
+func (r *Reconciler) runStep(ctx context.Context, x *execution) (time.Duration, error) {
+	s, ok := steps[x.t.Status.Step]
+	if !ok {
+		return 0, terminalf("unknown step %q", x.t.Status.Step)
+	}
+	cl, err := r.Members.Get(ctx, x.t.Spec.Cluster)
+	if err != nil {
+		var se *member.SecretError
+		if errors.As(err, &se) || apierrors.IsNotFound(err) {
+			return 0, terminalf("%v", err)
+		}
+		return 0, err
+	}
+	x.cl = cl
+	wait, err := s.run(ctx, x)
+	if err != nil && member.IsUnreachable(err) {
+		return 0, terminalf("member API server %s is unreachable: %v", cl.Host(), err)
+	}
+	return wait, err
+}
+
+func (r *Reconciler) stepDone(x *execution) {
+	st := &x.t.Status
+	now := metav1.NewTime(r.now())
+	next := NextStep(x.t.Spec.Path, st.Step)
+	if x.skipTo != "" {
+		next, x.skipTo = x.skipTo, ""
+	}
+	st.Step, st.StepStartedAt, st.Attempt, st.NextAttemptAt, st.Message = next, &now, 0, nil, ""
+}
+
+// finish ends a target whose steps are all done.
+func (r *Reconciler) finish(x *execution) {
+	t, st := x.t, &x.t.Status
+	if Terminal(st.Phase) {
+		return
+	}
+	now := metav1.NewTime(r.now())
+	st.FinishedAt, st.NextAttemptAt = &now, nil
+	switch {
+	case t.Spec.Path == v1alpha1.PathRestore:
+		st.Phase = v1alpha1.ClusterRolledBack
+		st.Message = fmt.Sprintf("restored to snapshot %s and %s", t.Spec.Snapshot, t.Spec.ToRelease)
+		metrics.Restores.WithLabelValues(t.Namespace, t.Spec.Rollout, t.Spec.Cluster, "Succeeded").Inc()
+	case t.Spec.Path == v1alpha1.PathNone:
+		st.Phase = v1alpha1.ClusterSucceeded
+		if st.Message == "" {
+			st.Message = fmt.Sprintf("already runs %s", t.Spec.ToRelease)
+		}
+	default:
+		st.Phase = v1alpha1.ClusterSucceeded
+		st.Message = fmt.Sprintf("runs %s", t.Spec.ToRelease)
+	}
+	if st.StartedAt != nil {
+		metrics.ClusterDuration.WithLabelValues(t.Namespace, t.Spec.Rollout, t.Spec.Cluster, t.Spec.Path).Observe(now.Sub(st.StartedAt.Time).Seconds())
+	}
+	x.event("Normal", "Cluster"+st.Phase, "%s: %s", t.Spec.Cluster, st.Message)
+}
+
+// fail ends a target as Failed.
+func (r *Reconciler) fail(x *execution, msg string) {
+	t, st := x.t, &x.t.Status
+	now := metav1.NewTime(r.now())
+	st.Phase, st.Message, st.FinishedAt, st.NextAttemptAt = v1alpha1.ClusterFailed, msg, &now, nil
+	if st.Step == StepHealthGate {
+		metrics.GateFailures.WithLabelValues(t.Namespace, t.Spec.Rollout, t.Spec.Cluster).Inc()
+	}
+	if t.Spec.Path == v1alpha1.PathRestore {
+		metrics.Restores.WithLabelValues(t.Namespace, t.Spec.Rollout, t.Spec.Cluster, "Failed").Inc()
+	}
+	x.event("Warning", "ClusterFailed", "%s: %s", t.Spec.Cluster, msg)
+}
+
+// bake re-checks a Succeeded target's health while its wave bakes (spec.healthyUntil); a
+// health lost meanwhile fails it.
+func (r *Reconciler) bake(ctx context.Context, x *execution) (ctrl.Result, error) {
+	t, st := x.t, &x.t.Status
+	if st.Phase != v1alpha1.ClusterSucceeded || t.Spec.Path == v1alpha1.PathNone || t.Spec.HealthyUntil == nil {
+		return ctrl.Result{}, nil
+	}
+	now := r.now()
+	if !now.Before(t.Spec.HealthyUntil.Time) {
+		return ctrl.Result{}, nil
+	}
+	if st.HealthCheckedAt != nil {
+		if wait := st.HealthCheckedAt.Add(r.gatePoll()).Sub(now); wait > 0 {
+			return ctrl.Result{RequeueAfter: wait}, nil
+		}
+	}
+	cl, err := r.Members.Get(ctx, t.Spec.Cluster)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	x.cl = cl
+	res, err := x.checkHealth(ctx)
+	if err != nil {
+		return ctrl.Result{}, err // a transient error does not fail a bake; it is retried
+	}
+	checked := metav1.NewTime(now)
+	st.HealthCheckedAt = &checked
+	if !res.Healthy() {
+		st.Step = StepHealthGate
+		r.fail(x, "health lost during bake: "+res.Summary())
+		return ctrl.Result{}, nil
+	}
+	return ctrl.Result{RequeueAfter: min(r.gatePoll(), t.Spec.HealthyUntil.Sub(now))}, nil
+}
+
+// execution carries one reconcile of a target.
+type execution struct {
+	r    *Reconciler
+	t    *v1alpha1.RolloutTarget
+	base *v1alpha1.RolloutTarget
+	cl   *member.Cluster
+	// skipTo, set by a step that succeeds, is the step to go to instead of the next one.
+	skipTo string
+}
+
+// patch writes the status if it changed.
+func (x *execution) patch(ctx context.Context) error {
+	if equality.Semantic.DeepEqual(x.base.Status, x.t.Status) {
+		return nil
+	}
+	if err := x.r.Client.Status().Patch(ctx, x.t, client.MergeFrom(x.base)); err != nil {
+		return fmt.Errorf("patching RolloutTarget status: %w", err)
+	}
+	x.base = x.t.DeepCopy()
+	return nil
+}
+
+// release loads a release of the target's namespace (cached: releases are immutable).
+func (x *execution) release(ctx context.Context, name string) (*v1alpha1.OperatorRelease, []*unstructured.Unstructured, error) {
+	return x.r.Releases.Load(ctx, x.r.Hub, x.t.Namespace, name)
+}
+
+func (x *execution) hub() *snapshot.Hub {
+	return &snapshot.Hub{Client: client.WithFieldOwner(readThrough{Client: x.r.Client, reader: x.r.Hub}, "rewind")}
+}
+
+// event records an Event on the target's Rollout (where people look), naming the target.
+func (x *execution) event(typ, reason, format string, args ...any) {
+	metrics.Transitions.WithLabelValues(reason).Inc()
+	if x.r.Recorder == nil {
+		return
+	}
+	ro := &v1alpha1.Rollout{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "Rollout"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: x.t.Namespace, Name: x.t.Spec.Rollout}}
+	for _, o := range x.t.OwnerReferences {
+		if o.Kind == "Rollout" && o.Name == x.t.Spec.Rollout {
+			ro.UID = o.UID
+		}
+	}
+	x.r.Recorder.Eventf(ro, runtime.Object(x.t), typ, reason, "Reconcile", format, args...)
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}
+
+// readThrough reads through the API reader and writes through the manager's client.
+type readThrough struct {
+	client.Client
+	reader client.Reader
+}
+
+func (d readThrough) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	return d.reader.Get(ctx, key, obj, opts...)
+}
+
+func (d readThrough) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	return d.reader.List(ctx, list, opts...)
+}
+
+// SetupWithManager registers the reconciler with Workers workers. Only spec changes (a new
+// generation) trigger a reconcile: the target writes its own status.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	workers := r.Workers
+	if workers <= 0 {
+		workers = 32
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.RolloutTarget{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
+		Complete(r)
+}

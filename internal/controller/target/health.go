@@ -1,0 +1,44 @@
+package target
+
+import (
+	"context"
+	"time"
+
+	"github.com/rewind-dev/rewind/internal/health"
+)
+
+// healthGate waits until every gate passes on the cluster, up to the gates' timeout.
+type healthGate struct{}
+
+func (healthGate) run(ctx context.Context, x *execution) (time.Duration, error) {
+	res, err := x.checkHealth(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if res.Healthy() {
+		return 0, nil
+	}
+	timeout := 5 * time.Minute
+	if t := x.t.Spec.HealthGates.Timeout; t != nil {
+		timeout = t.Duration
+	}
+	st := &x.t.Status
+	st.Message = "waiting for health: " + res.Summary()
+	if st.StepStartedAt != nil && x.r.now().Sub(st.StepStartedAt.Time) > timeout {
+		return 0, terminalf("health gate failed after %s: %s", timeout, res.Summary())
+	}
+	return x.r.gatePoll(), nil
+}
+
+// checkHealth evaluates the gates once.
+func (x *execution) checkHealth(ctx context.Context) (health.Result, error) {
+	rel, objs, err := x.release(ctx, x.t.Spec.ToRelease)
+	if err != nil {
+		return health.Result{}, err
+	}
+	g := x.t.Spec.HealthGates
+	return health.Check(ctx, x.cl, health.Target{
+		Applied: objs, Namespace: x.t.Spec.InstallNamespace, OperatorImage: rel.Spec.Image, CRDs: rel.Status.CRDs,
+		SkipCustomResources: g.SkipCustomResources, CEL: g.CEL,
+	})
+}

@@ -1,0 +1,62 @@
+package target
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/member"
+	"github.com/rewind-dev/rewind/internal/restore"
+)
+
+// restoreSnapshot returns the cluster to its snapshot: CRDs (storage version included), every
+// custom resource with its status, the associated objects. The restore's own journal lives in
+// the target's status (restoreSteps), patched after each of its steps.
+type restoreSnapshot struct{}
+
+func (restoreSnapshot) run(ctx context.Context, x *execution) (time.Duration, error) {
+	t := x.t
+	snap := &v1alpha1.Snapshot{}
+	if err := x.r.Hub.Get(ctx, client.ObjectKey{Namespace: t.Namespace, Name: t.Spec.Snapshot}, snap); err != nil {
+		return 0, terminalf("snapshot %s to restore: %v", t.Spec.Snapshot, err)
+	}
+	hdr, entries, err := x.hub().Load(ctx, snap)
+	if err != nil {
+		return 0, terminalf("snapshot %s cannot be restored: %v", t.Spec.Snapshot, err)
+	}
+	// The releases installed now (the one rolled back from, and the one the record names if
+	// the change failed before its Record step): their Deployments are quiesced and their
+	// webhooks neutralized during the restore.
+	var current []*unstructured.Unstructured
+	if rec, err := member.ReadRecord(ctx, x.cl.Client, t.Spec.Operator); err == nil && rec != nil && rec.Release != t.Spec.ToRelease {
+		if _, objs, err := x.release(ctx, rec.Release); err == nil {
+			current = append(current, objs...)
+		}
+	}
+	if from := t.Spec.FromRelease; from != "" && from != t.Spec.ToRelease {
+		if _, objs, err := x.release(ctx, from); err == nil {
+			current = append(current, objs...)
+		}
+	}
+	_, err = restore.Run(ctx, x.cl, restore.Options{
+		Header: hdr, Entries: entries, Current: current, Prune: t.Spec.PruneOnRollback,
+		Journal: statusJournal{x},
+	})
+	return 0, err
+}
+
+// statusJournal keeps a restore's journal in the target's status.
+type statusJournal struct{ x *execution }
+
+func (j statusJournal) Completed(context.Context) ([]string, error) {
+	return slices.Clone(j.x.t.Status.RestoreSteps), nil
+}
+
+func (j statusJournal) Complete(ctx context.Context, step string) error {
+	j.x.t.Status.RestoreSteps = append(j.x.t.Status.RestoreSteps, step)
+	return j.x.patch(ctx)
+}

@@ -1,0 +1,47 @@
+package target
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/metrics"
+	"github.com/rewind-dev/rewind/internal/snapshot"
+)
+
+// takeSnapshot captures the cluster's operator state under the release it runs, before
+// anything changes. It is idempotent by name: a snapshot already complete is not taken again.
+type takeSnapshot struct{}
+
+func (takeSnapshot) run(ctx context.Context, x *execution) (time.Duration, error) {
+	t := x.t
+	opts := snapshot.Options{Operator: t.Spec.Operator, Namespace: t.Spec.InstallNamespace}
+	if t.Spec.FromRelease != "" {
+		rel, objs, err := x.release(ctx, t.Spec.FromRelease)
+		if err != nil {
+			return 0, err
+		}
+		opts.Release, opts.Version, opts.Manifests = rel.Name, rel.Spec.Version, objs
+	} else {
+		// A first install: capture what the new release would touch (usually nothing yet).
+		_, objs, err := x.release(ctx, t.Spec.ToRelease)
+		if err != nil {
+			return 0, err
+		}
+		opts.Manifests = objs
+	}
+	snap, err := x.hub().Take(ctx, x.cl, snapshot.Request{
+		Name: t.Spec.Snapshot, Namespace: t.Namespace, Cluster: t.Spec.Cluster, Rollout: t.Namespace + "/" + t.Spec.Rollout,
+		Reason:    fmt.Sprintf("before rollout %s/%s installs %s", t.Namespace, t.Spec.Rollout, t.Spec.ToRelease),
+		Retention: int(t.Spec.SnapshotRetention), Capture: opts,
+		Labels: map[string]string{v1alpha1.LabelRollout: t.Spec.Rollout, v1alpha1.LabelRevision: strconv.Itoa(int(t.Spec.Revision))},
+	})
+	if err != nil {
+		return 0, err
+	}
+	t.Status.Snapshot = snap.Name
+	metrics.SnapshotBytes.WithLabelValues(t.Namespace, t.Spec.Rollout, t.Spec.Cluster).Set(float64(snap.Status.Bytes))
+	return 0, nil
+}

@@ -1,0 +1,124 @@
+package target
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/apply"
+)
+
+// Steps of the per-cluster state machines.
+const (
+	StepPrecheck       = "Precheck"
+	StepSnapshot       = "Snapshot"
+	StepApplyCRDs      = "ApplyCRDs"
+	StepApplyRBAC      = "ApplyRBAC"
+	StepApplyConfig    = "ApplyConfig"
+	StepApplyWebhooks  = "ApplyWebhooks"
+	StepApplyWorkloads = "ApplyWorkloads"
+	StepApplyOthers    = "ApplyOthers"
+	StepHealthGate     = "HealthGate"
+	StepRecord         = "Record"
+	StepDone           = "Done"
+	// The restore path: back to the snapshot, then the release it was taken under.
+	StepRestore      = "Restore"
+	StepApplyRelease = "ApplyRelease"
+)
+
+// UpgradeSteps and RestoreSteps are the per-cluster state machines, in order.
+var (
+	UpgradeSteps = []string{StepPrecheck, StepSnapshot, StepApplyCRDs, StepApplyRBAC, StepApplyConfig, StepApplyWebhooks, StepApplyWorkloads, StepApplyOthers, StepHealthGate, StepRecord, StepDone}
+	RestoreSteps = []string{StepRestore, StepApplyRelease, StepHealthGate, StepRecord, StepDone}
+)
+
+// step is one idempotent action of a target's state machine. Each lives in its own file.
+type step interface {
+	// run does the step once. A positive wait means "not done yet: run again after wait".
+	run(ctx context.Context, x *execution) (wait time.Duration, err error)
+}
+
+// steps maps every step name to its action.
+var steps = map[string]step{
+	StepPrecheck:       precheck{},
+	StepSnapshot:       takeSnapshot{},
+	StepApplyCRDs:      applyStages{apply.StageCRDs},
+	StepApplyRBAC:      applyStages{apply.StageNamespaces, apply.StageRBAC},
+	StepApplyConfig:    applyStages{apply.StageConfig},
+	StepApplyWebhooks:  applyStages{apply.StageWebhooks},
+	StepApplyWorkloads: applyStages{apply.StageWorkloads},
+	StepApplyOthers:    applyStages{apply.StageOthers},
+	StepApplyRelease:   applyStages(apply.Stages),
+	StepHealthGate:     healthGate{},
+	StepRecord:         record{},
+	StepRestore:        restoreSnapshot{},
+}
+
+// NextStep returns the step after step on a path.
+func NextStep(path, step string) string {
+	seq := UpgradeSteps
+	if path == v1alpha1.PathRestore {
+		seq = RestoreSteps
+	}
+	i := slices.Index(seq, step)
+	if i < 0 || i+1 >= len(seq) {
+		return StepDone
+	}
+	return seq[i+1]
+}
+
+// FirstStep is where a path starts.
+func FirstStep(path string) string {
+	switch path {
+	case v1alpha1.PathRestore:
+		return StepRestore
+	case v1alpha1.PathNone:
+		return StepDone
+	}
+	return StepPrecheck
+}
+
+// Changed says whether a target's path (possibly) changed its cluster: an upgrade that got
+// past its snapshot, or any restore that started.
+func Changed(path, phase, step string) bool {
+	switch path {
+	case v1alpha1.PathRestore:
+		return phase != "" && phase != v1alpha1.ClusterPending
+	case v1alpha1.PathUpgrade:
+		return slices.Index(UpgradeSteps, step) > slices.Index(UpgradeSteps, StepSnapshot) || phase == v1alpha1.ClusterSucceeded
+	}
+	return false
+}
+
+// Terminal says whether a phase is final for its revision.
+func Terminal(phase string) bool {
+	switch phase {
+	case v1alpha1.ClusterSucceeded, v1alpha1.ClusterFailed, v1alpha1.ClusterRolledBack:
+		return true
+	}
+	return false
+}
+
+// Active says whether a target is changing its cluster.
+func Active(phase string) bool {
+	return phase == v1alpha1.ClusterUpgrading || phase == v1alpha1.ClusterRollingBack
+}
+
+// stepError is a step failure that only a person can fix: the target fails at once instead of
+// retrying.
+type stepError struct{ err error }
+
+func (e *stepError) Error() string { return e.err.Error() }
+func (e *stepError) Unwrap() error { return e.err }
+
+func terminalf(format string, args ...any) error {
+	return &stepError{err: fmt.Errorf(format, args...)}
+}
+
+func isTerminal(err error) bool {
+	var se *stepError
+	return errors.As(err, &se)
+}

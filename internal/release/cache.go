@@ -1,0 +1,69 @@
+package release
+
+import (
+	"container/list"
+	"context"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/rewind-dev/rewind/api/v1alpha1"
+)
+
+// Cache keeps the manifests of recently used releases in memory. OperatorReleases are
+// immutable and their manifests content-addressed (verified against spec.digest), so an entry
+// never goes stale: it is keyed by the release's UID and digest. Callers must not modify the
+// manifests they get.
+type Cache struct {
+	// Size bounds the releases kept (default 32).
+	Size int
+
+	mu      sync.Mutex
+	entries map[string]*list.Element
+	lru     list.List
+}
+
+type cacheEntry struct {
+	key  string
+	objs []*unstructured.Unstructured
+}
+
+// Load reads an OperatorRelease (through c) and its manifests (from the cache, or through c).
+func (k *Cache) Load(ctx context.Context, c client.Reader, namespace, name string) (*v1alpha1.OperatorRelease, []*unstructured.Unstructured, error) {
+	rel := &v1alpha1.OperatorRelease{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, rel); err != nil {
+		return nil, nil, getError(namespace, name, err)
+	}
+	key := string(rel.UID) + "/" + rel.Spec.Digest
+	k.mu.Lock()
+	if e, ok := k.entries[key]; ok {
+		k.lru.MoveToFront(e)
+		objs := e.Value.(*cacheEntry).objs
+		k.mu.Unlock()
+		return rel, objs, nil
+	}
+	k.mu.Unlock()
+	objs, err := Manifests(ctx, c, rel)
+	if err != nil {
+		return nil, nil, err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.entries == nil {
+		k.entries = map[string]*list.Element{}
+	}
+	if _, ok := k.entries[key]; !ok {
+		k.entries[key] = k.lru.PushFront(&cacheEntry{key: key, objs: objs})
+		size := k.Size
+		if size <= 0 {
+			size = 32
+		}
+		for k.lru.Len() > size {
+			old := k.lru.Back()
+			k.lru.Remove(old)
+			delete(k.entries, old.Value.(*cacheEntry).key)
+		}
+	}
+	return rel, objs, nil
+}

@@ -1,0 +1,221 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/controller/target"
+	"github.com/rewind-dev/rewind/internal/snapshot"
+)
+
+// waitCondition waits until the rollout has a condition of type typ with the given status and
+// reason.
+func (f *fleet) waitCondition(typ string, status metav1.ConditionStatus, reason string, timeout time.Duration) *metav1.Condition {
+	f.t.Helper()
+	var c *metav1.Condition
+	err := wait.PollUntilContextTimeout(f.t.Context(), 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		c = meta.FindStatusCondition(f.rollout().Status.Conditions, typ)
+		return c != nil && c.Status == status && c.Reason == reason, nil
+	})
+	if err != nil {
+		f.t.Fatalf("condition %s did not become %s (%s): %+v", typ, status, reason, c)
+	}
+	return c
+}
+
+// A CEL health check that does not compile stops the rollout before any cluster changes,
+// naming the expression; once fixed, the rollout goes on and Stalled is cleared.
+func TestBadCELStallsBeforeAnyChange(t *testing.T) {
+	f := newFleet(t, waves2())
+	f.setRelease("mysql-a", func(s *v1alpha1.RolloutSpec) {
+		s.HealthGates.CEL = []v1alpha1.CELCheck{{Kind: "MySQLCluster", Expression: "self.status.(ready"}}
+	})
+	startManager(t, nil)
+	c := f.waitCondition(v1alpha1.ConditionStalled, metav1.ConditionTrue, v1alpha1.ReasonInvalidSpec, time.Minute)
+	if !strings.Contains(c.Message, "self.status.(ready") || !strings.Contains(c.Message, "spec.healthGates.cel") {
+		t.Errorf("Stalled must name the field and the expression: %s", c.Message)
+	}
+	var targets v1alpha1.RolloutTargetList
+	if err := hub(t).List(t.Context(), &targets, client.InNamespace(f.ns)); err != nil || len(targets.Items) != 0 {
+		t.Fatalf("no cluster may be planned, let alone changed: %d targets (%v)", len(targets.Items), err)
+	}
+	for _, m := range env.Members {
+		if rec := f.record(m); rec != nil {
+			t.Errorf("%s was changed: record %+v", m.Name, rec)
+		}
+	}
+	f.setRelease("mysql-a", func(s *v1alpha1.RolloutSpec) {
+		s.HealthGates.CEL = []v1alpha1.CELCheck{{Kind: "MySQLCluster", Expression: "!has(self.status) || self.status.phase != 'Broken'"}}
+	})
+	ro := f.waitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	if s := meta.FindStatusCondition(ro.Status.Conditions, v1alpha1.ConditionStalled); s != nil {
+		t.Errorf("Stalled must be cleared once the rollout progresses: %+v", s)
+	}
+}
+
+// A release that does not exist stalls the rollout (ReleaseNotFound); once it is created the
+// rollout goes on and Stalled is cleared.
+func TestMissingReleaseStallsThenRecovers(t *testing.T) {
+	f := newFleet(t, []v1alpha1.Wave{{Name: "one", Clusters: []string{"member1"}, MaxConcurrency: 1}})
+	f.setRelease("mysql-later", nil)
+	startManager(t, nil)
+	c := f.waitCondition(v1alpha1.ConditionStalled, metav1.ConditionTrue, v1alpha1.ReasonReleaseNotFound, time.Minute)
+	if !strings.Contains(c.Message, `"mysql-later" not found`) {
+		t.Errorf("Stalled must name the release: %s", c.Message)
+	}
+	makeRelease(t, f.ns, "mysql-later", "1.1.0", healthy)
+	ro := f.waitPhase("mysql-later", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	if s := meta.FindStatusCondition(ro.Status.Conditions, v1alpha1.ConditionStalled); s != nil {
+		t.Errorf("Stalled must be cleared once the release exists: %+v", s)
+	}
+}
+
+// An approval belongs to one revision: the next release waits for its own.
+func TestApprovalsBelongToOneRevision(t *testing.T) {
+	waves := waves2()
+	waves[1].RequireApproval = true
+	f := newFleet(t, waves)
+	startManager(t, nil)
+	f.waitPhase("mysql-a", v1alpha1.RolloutWaitingForApproval, 2*time.Minute)
+	rewind(t, f.ns, "rollout", "approve", f.name, "rest")
+	f.waitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	f.setRelease("mysql-b", nil)
+	ro := f.waitPhase("mysql-b", v1alpha1.RolloutWaitingForApproval, 2*time.Minute)
+	if p := f.phases(); p["member2"] != v1alpha1.ClusterPending || p["member3"] != v1alpha1.ClusterPending {
+		t.Fatalf("wave rest started on revision %d with the approval of an earlier one: %v", ro.Status.Revision, p)
+	}
+	rewind(t, f.ns, "rollout", "approve", f.name, "rest")
+	f.waitPhase("mysql-b", v1alpha1.RolloutSucceeded, 2*time.Minute)
+}
+
+// The reason a person gave for one rollback is not reported for the next one.
+func TestRollbackReasonIsReportedOnce(t *testing.T) {
+	f := newFleet(t, []v1alpha1.Wave{{Name: "one", Clusters: []string{"member1"}, MaxConcurrency: 1}})
+	startManager(t, nil)
+	f.waitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	f.setRelease("mysql-b", nil)
+	f.waitPhase("mysql-b", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	rewind(t, f.ns, "rollback", f.name, "--reason", "latency doubled")
+	ro := f.waitPhase("mysql-a", v1alpha1.RolloutRolledBack, 2*time.Minute)
+	if c := meta.FindStatusCondition(ro.Status.Conditions, v1alpha1.ConditionRolledBack); c == nil || !strings.Contains(c.Message, "latency doubled") {
+		t.Fatalf("the first rollback must report its reason: %+v", c)
+	}
+	f.setRelease("mysql-b", nil)
+	f.waitPhase("mysql-b", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	// A second rollback, by editing spec.release (as a GitOps commit does): no stale reason.
+	f.setRelease("mysql-a", nil)
+	ro = f.waitPhase("mysql-a", v1alpha1.RolloutRolledBack, 2*time.Minute)
+	c := meta.FindStatusCondition(ro.Status.Conditions, v1alpha1.ConditionRolledBack)
+	if c == nil || c.Reason != v1alpha1.ReasonManualRollback || strings.Contains(c.Message, "latency doubled") {
+		t.Fatalf("the second rollback must not report the first one's reason: %+v", c)
+	}
+	if h := ro.Status.History[len(ro.Status.History)-1]; strings.Contains(h.Reason, "latency doubled") {
+		t.Fatalf("history reports a stale reason: %+v", h)
+	}
+}
+
+// A rollback does not stop at a cluster whose restore fails: every other changed cluster is
+// restored, then the rollout reports Failed with that cluster's cause.
+func TestRollbackGoesOnPastAFailedRestore(t *testing.T) {
+	f := newFleet(t, []v1alpha1.Wave{{Name: "all", Clusters: []string{"member1", "member2", "member3"}, MaxConcurrency: 3}})
+	startManager(t, nil)
+	f.waitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	f.populate()
+	f.setRelease("mysql-b", nil)
+	ro := f.waitPhase("mysql-b", v1alpha1.RolloutSucceeded, 3*time.Minute)
+	snaps := f.snapshotsOf(ro.Status.Revision)
+	// member2's snapshot payload is lost.
+	snap := &v1alpha1.Snapshot{}
+	if err := hub(t).Get(t.Context(), client.ObjectKey{Namespace: f.ns, Name: snaps["member2"]}, snap); err != nil {
+		t.Fatal(err)
+	}
+	if err := (&snapshot.Hub{Client: hub(t)}).Delete(t.Context(), snap); err != nil {
+		t.Fatal(err)
+	}
+	rewind(t, f.ns, "rollback", f.name)
+	ro = f.waitPhase("mysql-a", v1alpha1.RolloutFailed, 3*time.Minute)
+	p := f.phases()
+	if p["member1"] != v1alpha1.ClusterRolledBack || p["member3"] != v1alpha1.ClusterRolledBack || p["member2"] != v1alpha1.ClusterFailed {
+		t.Fatalf("member1 and member3 must be restored although member2's restore failed: %v", p)
+	}
+	stalled := meta.FindStatusCondition(ro.Status.Conditions, v1alpha1.ConditionStalled)
+	if stalled == nil || stalled.Reason != v1alpha1.ReasonRollbackFailed || !strings.Contains(stalled.Message, "member2") || !strings.Contains(stalled.Message, snaps["member2"]) {
+		t.Errorf("Stalled must say member2's restore failed and why: %+v", stalled)
+	}
+	if len(ro.Status.Failures) != 1 || ro.Status.Failures[0].Cluster != "member2" || ro.Status.Failures[0].Path != v1alpha1.PathRestore {
+		t.Errorf("status.failures must list member2's restore: %+v", ro.Status.Failures)
+	}
+	f.assertEqualsSnapshot(env.Members[0], snaps["member1"])
+	f.assertEqualsSnapshot(env.Members[2], snaps["member3"])
+}
+
+// The clusters of a wave change at once, each on its own worker: two are in flight together,
+// and one held at its health gate does not hold the others.
+func TestWaveClustersRunInParallel(t *testing.T) {
+	f := newFleet(t, []v1alpha1.Wave{{Name: "all", Clusters: []string{"member1", "member2", "member3"}, MaxConcurrency: 3}})
+	// Each cluster, on reaching its snapshot, waits (up to 30s) until all three have reached
+	// theirs: clusters run one after another would never meet there.
+	var mu sync.Mutex
+	arrived := map[string]bool{}
+	all := make(chan struct{})
+	maxTogether := 0
+	startManager(t, func(cluster, step string) bool {
+		if step != target.StepSnapshot {
+			return false
+		}
+		mu.Lock()
+		arrived[cluster] = true
+		if len(arrived) == 3 {
+			select {
+			case <-all:
+			default:
+				close(all)
+			}
+		}
+		mu.Unlock()
+		select {
+		case <-all:
+		case <-time.After(30 * time.Second):
+		}
+		mu.Lock()
+		maxTogether = max(maxTogether, len(arrived))
+		mu.Unlock()
+		return false
+	})
+	f.waitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	mu.Lock()
+	together := maxTogether
+	mu.Unlock()
+	if together != 3 {
+		t.Errorf("the three clusters of the wave must be opened together: at most %d were", together)
+	}
+	f.populate()
+	// member2's nodes are marked: mysql-b-picky's operator stays Pending there, so member2
+	// waits at its health gate while member1 and member3 finish.
+	unmark := markNode(t)
+	f.setRelease("mysql-b-picky", func(s *v1alpha1.RolloutSpec) {
+		s.HealthGates.Timeout = &metav1.Duration{Duration: 2 * time.Minute}
+		s.FailurePolicy = v1alpha1.FailurePolicyPause
+	})
+	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		p := f.phases()
+		return p["member1"] == v1alpha1.ClusterSucceeded && p["member3"] == v1alpha1.ClusterSucceeded, nil
+	})
+	if err != nil {
+		t.Fatalf("member1 and member3 did not finish while member2 waited: %v", f.phases())
+	}
+	if m2 := f.target("member2"); m2.Status.Phase != v1alpha1.ClusterUpgrading || m2.Status.Step != target.StepHealthGate {
+		t.Fatalf("member2 must still wait at its health gate: %+v", m2.Status)
+	}
+	unmark()
+	f.waitPhase("mysql-b-picky", v1alpha1.RolloutSucceeded, 2*time.Minute)
+}
