@@ -51,6 +51,6 @@ const (
 	// was rolled back; it is not attempted again until spec.release changes or a retry.
 	ReasonRolledBack = "RolledBack"
 	// ReasonRollbackFailed: a rollback could not restore every cluster (see the message).
-	ReasonRollbackFailed = "RollbackFailed"
-	ReasonPayloadUnavailable    = "PayloadUnavailable"
+	ReasonRollbackFailed     = "RollbackFailed"
+	ReasonPayloadUnavailable = "PayloadUnavailable"
 )

@@ -76,7 +76,7 @@ func TestPrinterColumns(t *testing.T) {
 	ro.Status = v1alpha1.RolloutStatus{
 		Phase: v1alpha1.RolloutProgressing, CurrentWave: 1, CurrentRelease: "mysql-v2", ClustersDone: "1/2",
 		Conditions: []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: "Progressing", Message: "wave rest", LastTransitionTime: metav1.Now()}},
-		Targets: v1alpha1.TargetCounts{Total: 2, Succeeded: 1, InProgress: 1},
+		Targets:    v1alpha1.TargetCounts{Total: 2, Succeeded: 1, InProgress: 1},
 	}
 	if err := c.Status().Update(ctx, ro); err != nil {
 		t.Fatal(err)

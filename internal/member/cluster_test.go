@@ -124,7 +124,7 @@ func TestScoped(t *testing.T) {
 		crdYAML(group, "Gadget", "gadgets", "Namespaced"),
 		crdYAML(group, "ClusterGadget", "clustergadgets", "Cluster"),
 		obj(group+"/v1", "Gadget", "", "g"),
-		obj(group+"/v1", "ClusterGadget", "rendered-ns", "cg"),                     // a renderer without a cluster guessed namespaced
+		obj(group+"/v1", "ClusterGadget", "rendered-ns", "cg"),                      // a renderer without a cluster guessed namespaced
 		obj("rbac.authorization.k8s.io/v1", "ClusterRole", "rendered-ns", "reader"), // likewise
 		obj("v1", "ConfigMap", "", "settings"),
 		obj("v1", "ConfigMap", "elsewhere", "kept"),

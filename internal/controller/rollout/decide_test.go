@@ -15,8 +15,12 @@ func TestDecide(t *testing.T) {
 		{Name: "canary", MaxConcurrency: 1},
 		{Name: "rest", MaxConcurrency: 2, RequireApproval: true},
 	}}
-	c := func(name string, wave int32, phase string) Cluster { return Cluster{Name: name, Wave: wave, Phase: phase} }
-	started := func(name string, wave int32) Cluster { return Cluster{Name: name, Wave: wave, Phase: v1alpha1.ClusterPending, Started: true} }
+	c := func(name string, wave int32, phase string) Cluster {
+		return Cluster{Name: name, Wave: wave, Phase: phase}
+	}
+	started := func(name string, wave int32) Cluster {
+		return Cluster{Name: name, Wave: wave, Phase: v1alpha1.ClusterPending, Started: true}
+	}
 	approvedRest := func(w string) bool { return w == "rest" }
 	cases := []struct {
 		name string

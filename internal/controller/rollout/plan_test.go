@@ -125,7 +125,7 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name: "a cluster that joins the fleet later goes from the rollout's previous release",
-			in: PlanInput{Release: "c", PrevRelease: "b", Clusters: []WaveCluster{{Name: "new"}}},
+			in:   PlanInput{Release: "c", PrevRelease: "b", Clusters: []WaveCluster{{Name: "new"}}},
 			want: []TargetPlan{{Cluster: "new", Path: upgrade, FromRelease: "b", ToRelease: "c", Snapshot: "ro-new-r5"}},
 		},
 	}
