@@ -94,6 +94,11 @@ func TestRealCharts(t *testing.T) {
 				case "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration", "APIService":
 					t.Errorf("%s %s rendered: pods on kwok serve nothing", o.GetKind(), o.GetName())
 				}
+				// Charts that choose an API version by .Capabilities fall back to old versions
+				// under rewind's fixed Capabilities; the values must override them.
+				if removedAPIs[o.GetAPIVersion()] {
+					t.Errorf("%s %s rendered as %s, which Kubernetes %s does not serve", o.GetKind(), o.GetName(), o.GetAPIVersion(), RenderKubeVersion)
+				}
 			}
 
 			crds := map[string]string{}
@@ -326,6 +331,14 @@ func externalSecrets(shared, values, version string) realChart {
 		c.crds[name+".external-secrets.io"] = es
 	}
 	return c
+}
+
+// removedAPIs are group versions that Kubernetes no longer serves (all removed by 1.32).
+var removedAPIs = map[string]bool{
+	"policy/v1beta1": true, "batch/v1beta1": true, "autoscaling/v2beta1": true, "autoscaling/v2beta2": true,
+	"extensions/v1beta1": true, "rbac.authorization.k8s.io/v1beta1": true, "apiextensions.k8s.io/v1beta1": true,
+	"flowcontrol.apiserver.k8s.io/v1beta1": true, "flowcontrol.apiserver.k8s.io/v1beta2": true,
+	"flowcontrol.apiserver.k8s.io/v1beta3": true,
 }
 
 // crdSummary is the storage version, the served versions and the conversion strategy of a CRD.
