@@ -38,12 +38,12 @@ type realChart struct {
 	shared    bool              // the chart lives outside the repository, in the shared fixtures
 }
 
-// skipIfAbsent skips the test when a shared fixture is not on this machine. The fixtures of the
-// repository must be there.
-func (c realChart) skipIfAbsent(t *testing.T) {
+// requirePresent fails the test when a fixture is missing: the shared ones live next to the
+// repository (../shared/fixtures), where the project keeps them.
+func (c realChart) requirePresent(t *testing.T) {
 	t.Helper()
-	if _, err := os.Stat(c.dir); c.shared && errors.Is(err, fs.ErrNotExist) {
-		t.Skipf("shared fixture %s is not on this machine", c.dir)
+	if _, err := os.Stat(c.dir); errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("fixture %s is missing (shared %v): the real-chart tests need it", c.dir, c.shared)
 	}
 }
 
@@ -60,7 +60,7 @@ type imagePin struct {
 func TestRealCharts(t *testing.T) {
 	for _, c := range realCharts(repoRoot(t)) {
 		t.Run(c.name, func(t *testing.T) {
-			c.skipIfAbsent(t)
+			c.requirePresent(t)
 			objs, info, err := RenderChart(c.dir, c.values, c.release, c.namespace)
 			if err != nil {
 				t.Fatal(err)
@@ -140,7 +140,7 @@ func TestRealCharts(t *testing.T) {
 			}
 		})
 		t.Run(c.name+" pinned by digest", func(t *testing.T) {
-			c.skipIfAbsent(t)
+			c.requirePresent(t)
 			objs, _, err := RenderChart(c.dir, pinnedValues(t, c.values, c.pins), c.release, c.namespace)
 			if err != nil {
 				t.Fatal(err)

@@ -186,6 +186,13 @@ func (s *scope) handleRequests() {
 	}
 	if ro.Status.FailedRelease != "" && ro.Status.FailedRelease != ro.Spec.Release {
 		ro.Status.FailedRelease, ro.Status.FailureReason = "", ""
+		if ro.Spec.Release == ro.Status.CurrentRelease && ro.Status.Phase == v1alpha1.RolloutRolledBack {
+			// A person (or a commit) set spec.release to what the clusters run after the
+			// automatic rollback: that is the desired state now, and it holds.
+			msg := fmt.Sprintf("%s is installed on all %d clusters", ro.Status.CurrentRelease, ro.Status.Targets.Total)
+			s.condition(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonSucceeded, msg)
+			meta.RemoveStatusCondition(&ro.Status.Conditions, v1alpha1.ConditionStalled)
+		}
 	}
 }
 
