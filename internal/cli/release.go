@@ -34,6 +34,7 @@ type releaseCreateOptions struct {
 	operator, version, gitCommit, image string
 	manifests, chart, values, bundle    string
 	installNamespace, output            string
+	apiVersions                         []string
 }
 
 func newReleaseCreateCommand(h *hubFlags) *cobra.Command {
@@ -52,7 +53,7 @@ Creating the same release again is a no-op; another release under an existing na
   rewind release create mysql-v2 --operator mysql-operator --version 2.0.0 \
     --git-commit 9c1d2e3f4a5b6c7d8e9f0a1b2c3d4e5f6a7b8c9d \
     --image registry.example.com/mysql-operator@sha256:4f1c9e2a7b3d5e6f8a9b0c1d2e3f4a5b6c7d8e9f0a1b2c3d4e5f6a7b8c9d0e1f \
-    --chart ./chart --values prod.yaml -o yaml
+    --chart ./chart --values prod.yaml --api-versions monitoring.coreos.com/v1 -o yaml
   rewind release create mysql-v3 --operator mysql-operator --version 3.0.0 \
     --git-commit 0a1b2c3 --image registry.example.com/mysql-operator:0a1b2c3 --bundle ./bundle -n team-a`,
 		Args: cobra.ExactArgs(1),
@@ -93,6 +94,7 @@ Creating the same release again is a no-op; another release under an existing na
 	f.StringVar(&o.manifests, "manifests", "", "folder of plain YAML/JSON manifests")
 	f.StringVar(&o.chart, "chart", "", "Helm chart folder or .tgz")
 	f.StringVar(&o.values, "values", "", "values file for --chart")
+	f.StringSliceVarP(&o.apiVersions, "api-versions", "a", nil, "for --chart: APIs the member clusters serve besides Kubernetes' own (group/version or group/version/Kind, e.g. monitoring.coreos.com/v1), for charts that render objects only where the cluster has them (as helm --api-versions)")
 	f.StringVar(&o.bundle, "bundle", "", "OLM registry+v1 bundle folder")
 	f.StringVar(&o.installNamespace, "install-namespace", "", "namespace the chart or bundle is rendered for (default: OPERATOR-system)")
 	outputFlag(cmd, &o.output)
@@ -142,6 +144,9 @@ func (o *releaseCreateOptions) render(name, ns string) (*v1alpha1.OperatorReleas
 	if o.values != "" && o.chart == "" {
 		return nil, nil, fmt.Errorf("--values only applies to --chart")
 	}
+	if len(o.apiVersions) > 0 && o.chart == "" {
+		return nil, nil, fmt.Errorf("--api-versions only applies to --chart")
+	}
 	installNS := o.installNamespace
 	if installNS == "" {
 		installNS = o.operator + "-system"
@@ -155,7 +160,7 @@ func (o *releaseCreateOptions) render(name, ns string) (*v1alpha1.OperatorReleas
 		objs, err = release.RenderManifests(o.manifests)
 	case o.chart != "":
 		spec.Source = v1alpha1.SourceChart
-		objs, spec.Chart, err = release.RenderChart(o.chart, o.values, o.operator, installNS)
+		objs, spec.Chart, err = release.RenderChart(o.chart, o.values, o.operator, installNS, o.apiVersions...)
 		if err == nil && strings.TrimPrefix(spec.Chart.AppVersion, "v") != strings.TrimPrefix(o.version, "v") {
 			err = fmt.Errorf("chart %s has appVersion %s but --version is %s: one release version binds the chart's appVersion to the operator version; fix Chart.yaml or --version",
 				spec.Chart.Name, spec.Chart.AppVersion, o.version)

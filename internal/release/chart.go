@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 
@@ -12,6 +13,8 @@ import (
 	"helm.sh/helm/v3/pkg/engine"
 	"helm.sh/helm/v3/pkg/release"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 )
@@ -30,7 +33,13 @@ const RenderKubeVersion = "v1.37.0"
 // namespace, as `helm install --namespace` does.
 //
 // The chart must have an appVersion: it is how rewind binds the chart to the operator version.
-func RenderChart(chartPath, valuesFile, releaseName, namespace string) ([]*unstructured.Unstructured, *v1alpha1.ChartInfo, error) {
+//
+// .Capabilities.APIVersions lists what a Kubernetes RenderKubeVersion API server serves of its
+// own, as group/version and group/version/Kind (as `helm install` sees them through discovery),
+// plus apiVersions: the group/versions (or group/version/Kind) of other APIs the target clusters
+// serve, such as monitoring.coreos.com/v1 for charts that render a ServiceMonitor only where the
+// cluster has it (Helm's --api-versions).
+func RenderChart(chartPath, valuesFile, releaseName, namespace string, apiVersions ...string) ([]*unstructured.Unstructured, *v1alpha1.ChartInfo, error) {
 	if releaseName == "" {
 		return nil, nil, errors.New("rendering chart: a release name is required")
 	}
@@ -60,7 +69,7 @@ func RenderChart(chartPath, valuesFile, releaseName, namespace string) ([]*unstr
 	if err := chartutil.ProcessDependenciesWithMerge(chrt, values); err != nil {
 		return nil, nil, fmt.Errorf("chart %s: dependencies: %w", info.Name, err)
 	}
-	caps := renderCapabilities()
+	caps := renderCapabilities(apiVersions)
 	if chrt.Metadata.KubeVersion != "" && !chartutil.IsCompatibleRange(chrt.Metadata.KubeVersion, caps.KubeVersion.String()) {
 		return nil, nil, fmt.Errorf("chart %s requires kubeVersion %s, which is incompatible with Kubernetes %s that rewind renders charts for", info.Name, chrt.Metadata.KubeVersion, caps.KubeVersion.String())
 	}
@@ -117,10 +126,29 @@ func RenderChart(chartPath, valuesFile, releaseName, namespace string) ([]*unstr
 	return objs, info, nil
 }
 
+// builtInKinds are "group/version/Kind" (or "version/Kind" for the core group) of every kind of
+// the Kubernetes API the client libraries know, sorted: what discovery lists of a real cluster's
+// built-in kinds, which charts test with .Capabilities.APIVersions.Has (Kyverno's
+// "policy/v1/PodDisruptionBudget").
+var builtInKinds = func() []string {
+	var out []string
+	for gvk := range clientgoscheme.Scheme.AllKnownTypes() {
+		if gvk.Version == runtime.APIVersionInternal || strings.HasSuffix(gvk.Kind, "List") || strings.HasSuffix(gvk.Kind, "Options") ||
+			gvk.Kind == "WatchEvent" || gvk.Kind == "Status" || gvk.Kind == "APIVersions" {
+			continue
+		}
+		out = append(out, gvk.GroupVersion().String()+"/"+gvk.Kind)
+	}
+	slices.Sort(out)
+	return out
+}()
+
 // renderCapabilities returns the fixed Capabilities charts are rendered with: Helm's default
 // API versions, RenderKubeVersion, and no build-dependent Helm fields (Go version, git commit).
-func renderCapabilities() *chartutil.Capabilities {
+func renderCapabilities(extra []string) *chartutil.Capabilities {
 	caps := chartutil.DefaultCapabilities.Copy()
+	caps.APIVersions = append(slices.Clone(caps.APIVersions), builtInKinds...)
+	caps.APIVersions = append(caps.APIVersions, extra...)
 	kv, err := chartutil.ParseKubeVersion(RenderKubeVersion)
 	if err != nil {
 		panic(fmt.Sprintf("RenderKubeVersion %q: %v", RenderKubeVersion, err))

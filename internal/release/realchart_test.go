@@ -413,3 +413,57 @@ func repoRoot(t *testing.T) string {
 		dir = parent
 	}
 }
+
+// Charts test .Capabilities.APIVersions for kinds, as discovery lists them on a real cluster:
+// Kyverno renders its PodDisruptionBudgets at policy/v1 only when "policy/v1/PodDisruptionBudget"
+// is there (otherwise at policy/v1beta1, which Kubernetes no longer serves), and ESO renders its
+// ServiceMonitor only when the cluster serves monitoring.coreos.com/v1 (--api-versions).
+func TestCapabilitiesListKinds(t *testing.T) {
+	root := repoRoot(t)
+	empty := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(empty, []byte("podDisruptionBudget: {enabled: true}\nadmissionController: {podDisruptionBudget: {enabled: true}}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	objs, _, err := RenderChart(filepath.Join(root, "test", "fixtures", "charts", "kyverno-3.2.9"), empty, "kyverno", "kyverno")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pdbs := 0
+	for _, o := range objs {
+		if o.GetKind() == "PodDisruptionBudget" {
+			pdbs++
+			if o.GetAPIVersion() != "policy/v1" {
+				t.Errorf("PodDisruptionBudget %s at %s, want policy/v1 (the built-in kinds must be in the Capabilities)", o.GetName(), o.GetAPIVersion())
+			}
+		}
+	}
+	if pdbs == 0 {
+		t.Fatal("no PodDisruptionBudget rendered: the test proves nothing")
+	}
+
+	eso := filepath.Join(root, "..", "shared", "fixtures", "charts", "external-secrets-0.16.2")
+	values := filepath.Join(t.TempDir(), "eso.yaml")
+	if err := os.WriteFile(values, []byte("serviceMonitor: {enabled: true}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	count := func(objs []*unstructured.Unstructured) int {
+		n := 0
+		for _, o := range objs {
+			if o.GetKind() == "ServiceMonitor" {
+				n++
+			}
+		}
+		return n
+	}
+	without, _, err := RenderChart(eso, values, "eso", "external-secrets")
+	if err != nil {
+		t.Fatal(err)
+	}
+	with, _, err := RenderChart(eso, values, "eso", "external-secrets", "monitoring.coreos.com/v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if count(without) != 0 || count(with) == 0 {
+		t.Fatalf("ServiceMonitors: %d without monitoring.coreos.com/v1 in the Capabilities, %d with it; want 0 and at least 1", count(without), count(with))
+	}
+}
