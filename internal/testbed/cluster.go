@@ -201,7 +201,7 @@ func (c *Cluster) startWorkloads(ctx context.Context) error {
 
 	kcmArgs := []string{
 		"--kubeconfig=" + c.Kubeconfig,
-		"--controllers=deployment-controller,replicaset-controller,statefulset-controller,job-controller,garbage-collector-controller,namespace-controller,serviceaccount-controller",
+		"--controllers=deployment-controller,replicaset-controller,statefulset-controller,daemonset-controller,job-controller,cronjob-controller,disruption-controller,garbage-collector-controller,namespace-controller,serviceaccount-controller",
 		"--leader-elect=false",
 		"--secure-port=0",
 		"--kube-api-qps=200",

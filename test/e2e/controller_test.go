@@ -207,11 +207,11 @@ func TestWaveClustersRunInParallel(t *testing.T) {
 		s.FailurePolicy = v1alpha1.FailurePolicyPause
 	})
 	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		p := f.phases()
+		p := f.phasesFor("mysql-b-picky")
 		return p["member1"] == v1alpha1.ClusterSucceeded && p["member3"] == v1alpha1.ClusterSucceeded, nil
 	})
 	if err != nil {
-		t.Fatalf("member1 and member3 did not finish while member2 waited: %v", f.phases())
+		t.Fatalf("member1 and member3 did not finish while member2 waited: %v", f.phasesFor("mysql-b-picky"))
 	}
 	if m2 := f.target("member2"); m2.Status.Phase != v1alpha1.ClusterUpgrading || m2.Status.Step != target.StepHealthGate {
 		t.Fatalf("member2 must still wait at its health gate: %+v", m2.Status)

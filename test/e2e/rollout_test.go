@@ -293,12 +293,21 @@ func (f *fleet) target(cluster string) *v1alpha1.RolloutTarget {
 // phases returns each target's phase in its current plan (Pending until its executor saw it).
 func (f *fleet) phases() map[string]string {
 	f.t.Helper()
+	return f.phasesFor("")
+}
+
+// phasesFor is phases, for the targets that move to release only ("" for any).
+func (f *fleet) phasesFor(release string) map[string]string {
+	f.t.Helper()
 	var list v1alpha1.RolloutTargetList
 	if err := hub(f.t).List(f.t.Context(), &list, client.InNamespace(f.ns), client.MatchingLabels{v1alpha1.LabelRollout: f.name}); err != nil {
 		f.t.Fatal(err)
 	}
 	out := map[string]string{}
 	for _, t := range list.Items {
+		if release != "" && t.Spec.ToRelease != release {
+			continue
+		}
 		out[t.Spec.Cluster] = v1alpha1.ClusterPending
 		if t.Status.Revision == t.Spec.Revision && t.Status.Path == t.Spec.Path && t.Status.Phase != "" {
 			out[t.Spec.Cluster] = t.Status.Phase

@@ -21,6 +21,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/controller/target"
@@ -328,8 +330,25 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.Rollout{}).
 		Owns(&v1alpha1.RolloutTarget{}).
+		// A release created after the Rollout that asks for it (it was Stalled) starts it.
+		Watches(&v1alpha1.OperatorRelease{}, handler.EnqueueRequestsFromMapFunc(r.rolloutsOf)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Complete(r)
+}
+
+// rolloutsOf returns the Rollouts of a release's namespace that ask for it.
+func (r *Reconciler) rolloutsOf(ctx context.Context, o client.Object) []reconcile.Request {
+	var list v1alpha1.RolloutList
+	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace())); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, ro := range list.Items {
+		if ro.Spec.Release == o.GetName() {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&ro)})
+		}
+	}
+	return out
 }
 
 // event records an Event on the Rollout and counts it.

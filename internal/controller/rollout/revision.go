@@ -66,13 +66,13 @@ func (r *Reconciler) startRevision(ctx context.Context, s *scope, rel, automatic
 	if h := s.revision(); h != nil && h.FinishedAt == nil {
 		h.FinishedAt, h.Outcome = &now, "Superseded"
 		if automatic != "" {
-			h.Outcome, h.Reason = "RolledBack", automatic
+			h.Outcome, h.Reason = "RolledBack", truncate(automatic, 1024)
 		}
 		s.observeDuration(h)
 	}
 	reason := ""
 	if automatic != "" {
-		ro.Status.FailedRelease, ro.Status.FailureReason = ro.Status.CurrentRelease, automatic
+		ro.Status.FailedRelease, ro.Status.FailureReason = ro.Status.CurrentRelease, truncate(automatic, 1024)
 		reason = automatic
 		metrics.Rollbacks.WithLabelValues(ro.Namespace, ro.Name, v1alpha1.ReasonAutomaticRollback).Inc()
 	} else if IsRollback(plans) {
@@ -93,7 +93,7 @@ func (r *Reconciler) startRevision(ctx context.Context, s *scope, rel, automatic
 	ro.Status.Failures = nil
 	meta.RemoveStatusCondition(&ro.Status.Conditions, v1alpha1.ConditionRolledBack)
 	ro.Status.History = append(ro.Status.History, v1alpha1.Revision{Revision: revision, Release: rel, StartedAt: &now, Outcome: "InProgress",
-		Reason: reason, Automatic: automatic != ""})
+		Reason: truncate(reason, 1024), Automatic: automatic != ""})
 	if len(ro.Status.History) > historyLimit {
 		ro.Status.History = ro.Status.History[len(ro.Status.History)-historyLimit:]
 	}

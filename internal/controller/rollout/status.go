@@ -40,7 +40,7 @@ func (s *scope) aggregate() {
 		case v1alpha1.ClusterFailed:
 			counts.Failed++
 			if len(failures) < maxFailures {
-				failures = append(failures, v1alpha1.ClusterFailure{Cluster: t.Spec.Cluster, Step: t.Status.Step, Path: t.Spec.Path, Message: t.Status.Message})
+				failures = append(failures, v1alpha1.ClusterFailure{Cluster: t.Spec.Cluster, Step: t.Status.Step, Path: t.Spec.Path, Message: truncate(t.Status.Message, 512)})
 			}
 		case v1alpha1.ClusterUpgrading, v1alpha1.ClusterRollingBack:
 			counts.InProgress++
@@ -69,10 +69,16 @@ func (s *scope) setPhase(phase, reason, msg string) {
 	s.condition(v1alpha1.ConditionReady, metav1.ConditionFalse, reason, msg)
 }
 
-func (s *scope) condition(typ string, status metav1.ConditionStatus, reason, msg string) {
-	if len(msg) > 32768 {
-		msg = msg[:32768]
+// truncate cuts s to at most n bytes (the status stays bounded; the targets keep it all).
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
 	}
+	return s[:n-3] + "..."
+}
+
+func (s *scope) condition(typ string, status metav1.ConditionStatus, reason, msg string) {
+	msg = truncate(msg, 4096)
 	meta.SetStatusCondition(&s.ro.Status.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: s.ro.Generation})
 }
 
@@ -340,7 +346,7 @@ func (r *Reconciler) stopFailed(s *scope, condReason, reason string) error {
 	now := metav1.NewTime(r.now())
 	ro.Status.Phase = v1alpha1.RolloutFailed
 	if h := s.revision(); h != nil && h.FinishedAt == nil {
-		h.FinishedAt, h.Outcome, h.Reason = &now, "Failed", reason
+		h.FinishedAt, h.Outcome, h.Reason = &now, "Failed", truncate(reason, 1024)
 		s.observeDuration(h)
 	}
 	s.condition(v1alpha1.ConditionStalled, metav1.ConditionTrue, condReason, reason)
