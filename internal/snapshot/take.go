@@ -54,6 +54,15 @@ type Hub struct {
 	// KEK wraps data keys; nil loads the default key from the hub Secret
 	// rewind-system/rewind-snapshot-key (created on first use).
 	KEK payload.KeyWrapper
+	// OpenStore opens the payload store a URL names; nil means payload.OpenStore.
+	OpenStore func(ctx context.Context, url string, hub client.Client) (payload.Store, error)
+}
+
+func (h *Hub) openStore(ctx context.Context, url string) (payload.Store, error) {
+	if h.OpenStore != nil {
+		return h.OpenStore(ctx, url, h.Client)
+	}
+	return payload.OpenStore(ctx, url, h.Client)
 }
 
 func (h *Hub) kek(ctx context.Context) (payload.KeyWrapper, error) {
@@ -115,7 +124,7 @@ func (h *Hub) Take(ctx context.Context, cfg *rest.Config, r Request) (*v1alpha1.
 	if err != nil {
 		return nil, err
 	}
-	store, err := payload.OpenStore(ctx, r.StoreURL, h.Client)
+	store, err := h.openStore(ctx, r.StoreURL)
 	if err != nil {
 		return nil, err
 	}
@@ -125,28 +134,45 @@ func (h *Hub) Take(ctx context.Context, cfg *rest.Config, r Request) (*v1alpha1.
 		w   *payload.Writer
 		err error
 	}
+	// The capture writes into the pipe while the store reads from it; when one side fails,
+	// the other fails after it, with an error that only says the pipe closed. What is
+	// reported is the side that failed first: captureFailed is closed before the capture's
+	// error reaches the store, and the capture is stopped only after the store returned.
+	captureCtx, stopCapture := context.WithCancel(ctx)
+	defer stopCapture()
+	captureFailed := make(chan struct{})
 	done := make(chan outcome, 1)
 	go func() {
-		w, err := payload.NewWriter(ctx, pw, kek)
-		if err != nil {
-			pw.CloseWithError(err)
-			done <- outcome{err: err}
-			return
+		var out outcome
+		out.w, out.err = payload.NewWriter(captureCtx, pw, kek)
+		if out.err == nil {
+			out.res, out.err = Capture(captureCtx, cfg, r.Capture, out.w)
+			if out.err == nil {
+				out.err = out.w.Close()
+			}
 		}
-		res, err := Capture(ctx, cfg, r.Capture, w)
-		if err == nil {
-			err = w.Close()
+		if out.err != nil {
+			close(captureFailed)
 		}
-		pw.CloseWithError(err)
-		done <- outcome{res: res, w: w, err: err}
+		pw.CloseWithError(out.err)
+		done <- out
 	}()
 	_, stored, putErr := store.Put(ctx, r.Name, pr)
-	pr.CloseWithError(errors.New("store stopped reading"))
-	out := <-done
-	if out.err != nil {
-		return nil, fmt.Errorf("capturing %s: %w", r.Cluster, out.err)
+	captureFirst := false
+	select {
+	case <-captureFailed:
+		captureFirst = true
+	default:
 	}
 	if putErr != nil {
+		stopCapture()
+	}
+	pr.CloseWithError(errors.New("the store stopped reading before the end of the payload"))
+	out := <-done
+	switch {
+	case out.err != nil && (captureFirst || putErr == nil):
+		return nil, fmt.Errorf("capturing %s: %w", r.Cluster, out.err)
+	case putErr != nil:
 		return nil, fmt.Errorf("storing snapshot %s: %w", r.Name, putErr)
 	}
 	base := snap.DeepCopy()
@@ -199,7 +225,7 @@ func (h *Hub) Open(ctx context.Context, snap *v1alpha1.Snapshot) (io.ReadCloser,
 	if err != nil {
 		return nil, err
 	}
-	store, err := payload.OpenStore(ctx, url, h.Client)
+	store, err := h.openStore(ctx, url)
 	if err != nil {
 		return nil, err
 	}
@@ -338,7 +364,7 @@ func (h *Hub) referenced(ctx context.Context, namespace string) (map[string]bool
 // Delete removes a snapshot's payload and then its Snapshot object.
 func (h *Hub) Delete(ctx context.Context, snap *v1alpha1.Snapshot) error {
 	if url, name, err := storeOf(snap); err == nil {
-		store, err := payload.OpenStore(ctx, url, h.Client)
+		store, err := h.openStore(ctx, url)
 		if err != nil {
 			return err
 		}
