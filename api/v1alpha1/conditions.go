@@ -17,7 +17,8 @@ const (
 	// ConditionRolledBack (Rollout) says changed clusters were returned to the previous release.
 	ConditionRolledBack = "RolledBack"
 
-	// ConditionVerified (Snapshot) says the stored payload matches its checksum.
+	// ConditionVerified (Snapshot) says whether the stored payload matched its checksum when
+	// it was last verified (rewind snapshot verify).
 	ConditionVerified = "Verified"
 )
 
@@ -43,6 +44,11 @@ const (
 	ReasonPaused                = "Paused"
 	ReasonAwaitingApproval      = "AwaitingApproval"
 	ReasonReleaseNotFound       = "ReleaseNotFound"
-	ReasonChecksumMismatch      = "ChecksumMismatch"
-	ReasonPayloadUnavailable    = "PayloadUnavailable"
+	// ReasonChecksumMatched (Verified): the payload decrypts and matches its checksum.
+	ReasonChecksumMatched = "ChecksumMatched"
+	// ReasonChecksumMismatch (Verified): the payload is corrupted or truncated.
+	ReasonChecksumMismatch = "ChecksumMismatch"
+	// ReasonPayloadUnavailable (Verified): the payload could not be read (missing,
+	// incomplete, its store or key unreachable).
+	ReasonPayloadUnavailable = "PayloadUnavailable"
 )

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
@@ -281,8 +282,32 @@ func (h *Hub) Load(ctx context.Context, snap *v1alpha1.Snapshot) (Header, []Entr
 	return hdr, entries, nil
 }
 
-// Verify decrypts the whole payload of snap and checks it against the recorded checksum.
+// Verify decrypts the whole payload of snap, checks it against the recorded checksum and
+// records the outcome on the Snapshot as its Verified condition: True (ChecksumMatched), or
+// False with the problem (ChecksumMismatch: the payload is corrupted or truncated;
+// PayloadUnavailable: it could not be read). A check that ctx cut short records nothing.
 func (h *Hub) Verify(ctx context.Context, snap *v1alpha1.Snapshot) error {
+	err := h.verify(ctx, snap)
+	if ctx.Err() != nil {
+		return err
+	}
+	cond := metav1.Condition{Type: v1alpha1.ConditionVerified, Status: metav1.ConditionFalse, ObservedGeneration: snap.Generation}
+	switch {
+	case err == nil:
+		cond.Status, cond.Reason = metav1.ConditionTrue, v1alpha1.ReasonChecksumMatched
+		cond.Message = fmt.Sprintf("the payload decrypts to %d bytes with checksum %s", snap.Status.Bytes, snap.Status.Checksum)
+	case errors.Is(err, payload.ErrCorrupted) || errors.Is(err, payload.ErrTruncated):
+		cond.Reason, cond.Message = v1alpha1.ReasonChecksumMismatch, err.Error()
+	default:
+		cond.Reason, cond.Message = v1alpha1.ReasonPayloadUnavailable, err.Error()
+	}
+	if rerr := h.setCondition(ctx, snap, cond); rerr != nil {
+		return errors.Join(err, fmt.Errorf("recording the verification on Snapshot %s/%s: %w", snap.Namespace, snap.Name, rerr))
+	}
+	return err
+}
+
+func (h *Hub) verify(ctx context.Context, snap *v1alpha1.Snapshot) error {
 	rc, err := h.Open(ctx, snap)
 	if err != nil {
 		return err
@@ -290,6 +315,22 @@ func (h *Hub) Verify(ctx context.Context, snap *v1alpha1.Snapshot) error {
 	defer rc.Close()
 	_, err = io.Copy(io.Discard, rc)
 	return err
+}
+
+// setCondition sets cond in the status of snap (updated in place), with the resourceVersion
+// as a precondition so no other condition is lost, again on a fresh copy after a conflict.
+func (h *Hub) setCondition(ctx context.Context, snap *v1alpha1.Snapshot, cond metav1.Condition) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		base := snap.DeepCopy()
+		meta.SetStatusCondition(&snap.Status.Conditions, cond)
+		err := h.Client.Status().Patch(ctx, snap, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+		if apierrors.IsConflict(err) {
+			if gerr := h.Client.Get(ctx, client.ObjectKeyFromObject(snap), snap); gerr != nil {
+				return gerr
+			}
+		}
+		return err
+	})
 }
 
 // Prune deletes the oldest snapshots of a cluster and operator beyond keep, except those a
