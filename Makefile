@@ -43,8 +43,9 @@ testbed-bins: ## Build the testbed binaries (kube-apiserver, kcm, scheduler, etc
 	hack/testbed/build.sh >/dev/null
 
 .PHONY: lint
-lint: ## go vet and a gofmt check.
+lint: ## go vet (also with the unit tag, as make test-unit builds) and a gofmt check.
 	$(GO) vet ./...
+	$(GO) vet -tags unit ./...
 	cd hack/testbed && $(GO) vet ./etcd ./kwokstages
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.cache/*')); \
 		if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
@@ -52,6 +53,10 @@ lint: ## go vet and a gofmt check.
 .PHONY: test
 test: testbed-bins ## Run every test against real local clusters (builds the testbed binaries first).
 	$(GO) test -p $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
+
+.PHONY: test-unit
+test-unit: ## Run only the tests that need no testbed (build tag unit): pure logic, no binaries, well under a minute once compiled.
+	$(GO) test -tags unit $(TEST_FLAGS) ./...
 
 .PHONY: demo
 demo: testbed-bins build ## The end-to-end story on a local hub + 3 members: waves, a failed gate, automatic rollback, verification (about 2 minutes once built).

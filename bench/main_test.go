@@ -1,3 +1,5 @@
+//go:build !unit
+
 // Package bench holds rewind's benchmarks against the real testbed: `make bench` runs them
 // and each prints its figure next to a baseline measured in the same run.
 package bench

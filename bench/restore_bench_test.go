@@ -1,3 +1,5 @@
+//go:build !unit
+
 package bench
 
 import (
@@ -18,24 +20,6 @@ import (
 	"github.com/rewind-dev/rewind/internal/testbed/testenv"
 	"github.com/rewind-dev/rewind/internal/testfixture"
 )
-
-var populateOnce sync.Once
-
-// ensurePopulated gives the member 10,000 CRs and 2,000 owned objects (once per run).
-func ensurePopulated(b *testing.B) {
-	populateOnce.Do(func() {
-		dyn, err := dynamic.NewForConfig(env.Members[0].RESTConfig())
-		if err != nil {
-			b.Fatal(err)
-		}
-		l, err := dyn.Resource(testfixture.MySQLGVR).List(context.Background(), metav1.ListOptions{Limit: 1})
-		if err == nil && l.GetRemainingItemCount() != nil && *l.GetRemainingItemCount()+1 >= 10000 {
-			return // BenchmarkSnapshotCapture populated it
-		}
-		populate(b, 0, 5000, 250)
-		populate(b, 5000, 5000, 250)
-	})
-}
 
 // changeAll is the baseline: a raw parallel update (16 workers) of every CR (spec) and every
 // owned object (data or labels), from one LIST per kind. It returns how many objects it
@@ -108,7 +92,9 @@ func changeAll(ctx context.Context, b *testing.B, round int) int {
 // owned objects against the raw parallel update of the same objects, in the same run.
 func BenchmarkRestore(b *testing.B) {
 	ctx := context.Background()
-	ensurePopulated(b)
+	emptyMember(b)
+	populate(b, 0, 5000, 250)
+	populate(b, 5000, 5000, 250)
 	var buf bytes.Buffer
 	if _, err := snapshot.Capture(ctx, testenv.Member(b, env.Members[0]), snapshot.Options{
 		Operator: "mysql-operator", Namespace: "mysql-system", Manifests: []*unstructured.Unstructured{testfixture.MySQLCRD()},

@@ -1,3 +1,5 @@
+//go:build !unit
+
 package bench
 
 import (
@@ -8,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -42,6 +45,43 @@ func populate(b *testing.B, offset, count, children int) {
 		b.Fatal(err)
 	}
 	fmt.Printf("setup: %d MySQLClusters (~1 KiB each) and %d owned objects created in %s\n", count, 4*children, time.Since(start).Round(time.Millisecond))
+}
+
+// emptyMember deletes what populate creates (every MySQLCluster and owned object in the bench
+// namespaces; the CRD stays), so that each benchmark starts from the same empty member
+// whatever ran before it in the same `make bench`.
+func emptyMember(b *testing.B) {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	dyn, err := dynamic.NewForConfig(env.Members[0].RESTConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	fixture := metav1.ListOptions{LabelSelector: "app=mysql"} // on every object populate creates
+	for _, gvr := range listedKinds {
+		for _, ns := range benchNamespaces {
+			// NotFound: the CRD or the namespace is not there yet, so neither are its objects.
+			if err := dyn.Resource(gvr).Namespace(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, fixture); err != nil && !apierrors.IsNotFound(err) {
+				b.Fatalf("emptying the member: deleting %s in %s: %v", gvr.Resource, ns, err)
+			}
+		}
+	}
+	// Nothing holds them (no finalizers, no garbage collector in this testbed): they are gone
+	// when DeleteCollection returns. Check, so that a benchmark never measures leftovers.
+	for _, gvr := range listedKinds {
+		for _, ns := range benchNamespaces {
+			l, err := dyn.Resource(gvr).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: fixture.LabelSelector, Limit: 1})
+			if err != nil && !apierrors.IsNotFound(err) {
+				b.Fatal(err)
+			}
+			if err == nil && len(l.Items) > 0 {
+				b.Fatalf("emptying the member: %s %s/%s remains", gvr.Resource, ns, l.Items[0].GetName())
+			}
+		}
+	}
+	fmt.Printf("setup: member emptied in %s\n", time.Since(start).Round(time.Millisecond))
 }
 
 // benchParallelism is the capture's list parallelism (0: the default).
@@ -145,6 +185,7 @@ func BenchmarkSnapshotCapture(b *testing.B) {
 	cfg := env.Members[0].RESTConfig()
 	cfg.QPS, cfg.Burst = 500, 1000
 
+	emptyMember(b)
 	populate(b, 0, 5000, 250)
 	half := heapRuns(ctx, b, cfg)
 	populate(b, 5000, 5000, 250)

@@ -17,7 +17,8 @@ const (
 	// ConditionRolledBack (Rollout) says changed clusters were returned to the previous release.
 	ConditionRolledBack = "RolledBack"
 
-	// ConditionVerified (Snapshot) says the stored payload matches its checksum.
+	// ConditionVerified (Snapshot) says whether the stored payload matched its checksum when
+	// it was last verified (rewind snapshot verify).
 	ConditionVerified = "Verified"
 )
 
@@ -43,7 +44,6 @@ const (
 	ReasonPaused                = "Paused"
 	ReasonAwaitingApproval      = "AwaitingApproval"
 	ReasonReleaseNotFound       = "ReleaseNotFound"
-	ReasonChecksumMismatch      = "ChecksumMismatch"
 	// ReasonInvalidSpec: the spec cannot be carried out (a CEL check that does not compile,
 	// a wave naming no registered cluster); the message names the field.
 	ReasonInvalidSpec = "InvalidSpec"
@@ -51,6 +51,12 @@ const (
 	// was rolled back; it is not attempted again until spec.release changes or a retry.
 	ReasonRolledBack = "RolledBack"
 	// ReasonRollbackFailed: a rollback could not restore every cluster (see the message).
-	ReasonRollbackFailed     = "RollbackFailed"
+	ReasonRollbackFailed = "RollbackFailed"
+	// ReasonChecksumMatched (Verified): the payload decrypts and matches its checksum.
+	ReasonChecksumMatched = "ChecksumMatched"
+	// ReasonChecksumMismatch (Verified): the payload is corrupted or truncated.
+	ReasonChecksumMismatch = "ChecksumMismatch"
+	// ReasonPayloadUnavailable (Verified): the payload could not be read (missing,
+	// incomplete, its store or key unreachable).
 	ReasonPayloadUnavailable = "PayloadUnavailable"
 )

@@ -46,7 +46,8 @@ type ObjectCounts struct {
 
 // SnapshotStatus is the metadata of the capture; the payload lives in the store.
 type SnapshotStatus struct {
-	// conditions: Ready when stored, Verified after a successful checksum check.
+	// conditions: Ready when stored; Verified is the outcome of the last checksum check
+	// (rewind snapshot verify): True, or False with the problem.
 	// +optional
 	// +listType=map
 	// +listMapKey=type

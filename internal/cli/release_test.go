@@ -1,3 +1,5 @@
+//go:build !unit
+
 package cli
 
 import (
@@ -23,10 +25,7 @@ import (
 	"github.com/rewind-dev/rewind/internal/testbed/testenv"
 )
 
-const (
-	testCommit = "3f2a9c1e7b4d5a6f8e9d0c1b2a3f4e5d6c7b8a90"
-	fixtures   = "../release/testdata/"
-)
+const fixtures = "../release/testdata/"
 
 var (
 	hubOnce sync.Once

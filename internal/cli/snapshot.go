@@ -398,7 +398,9 @@ func newSnapshotVerifyCommand(h *hubFlags) *cobra.Command {
 		Short: "Decrypt a snapshot's payload and check it against its checksum",
 		Long: `Reads a snapshot's payload from its store, decrypts it and checks it against the SHA-256
 checksum recorded when it was taken. Fails (non-zero exit) when the payload is missing,
-cannot be decrypted or does not match.`,
+cannot be decrypted or does not match. The outcome is recorded on the Snapshot as its
+Verified condition: True (ChecksumMatched), or False with ChecksumMismatch (corrupted or
+truncated) or PayloadUnavailable (missing, or its store or key unreachable).`,
 		Example: `  rewind snapshot verify prod-eu-1-mysql-operator-20260101-120000
   rewind snapshot verify before-upgrade -n team-a -o json`,
 		Args:              cobra.ExactArgs(1),

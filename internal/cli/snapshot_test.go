@@ -1,14 +1,21 @@
+//go:build !unit
+
 package cli
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/testbed/testenv"
 	"github.com/rewind-dev/rewind/internal/testfixture"
 )
@@ -22,26 +29,7 @@ func TestSnapshotCommands(t *testing.T) {
 		t.Fatalf("clusters add: %v\n%s", err, out)
 	}
 	// A release that ships the MySQLCluster CRD, installed on member1 with 12 CRs.
-	dir := t.TempDir()
-	writeFile(t, dir+"/crd.yaml", testfixture.MySQLCRDYAML)
-	writeFile(t, dir+"/deploy.yaml", `apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: mysql-operator
-spec:
-  selector: {matchLabels: {app: mysql-operator}}
-  template:
-    metadata: {labels: {app: mysql-operator}}
-    spec:
-      containers:
-      - name: manager
-        image: example.com/mysql-operator:`+testCommit+`
-`)
-	args := append([]string{"release", "create", "mysql-v1", "--operator", "mysql-operator", "--version", "1.0.0",
-		"--git-commit", testCommit, "--image", "example.com/mysql-operator:" + testCommit, "--manifests", dir}, hubArgs(ns)...)
-	if out, err := run(ctx, args...); err != nil {
-		t.Fatalf("release create: %v\n%s", err, out)
-	}
+	createMySQLRelease(t, ns)
 	// installDirectly applies into widget-system; this release installs into mysql-system.
 	rel, objs := loadRelease(t, ns, "mysql-v1")
 	installObjects(t, m, objs, "mysql-system", rel)
@@ -142,5 +130,107 @@ spec:
 	out, err = run(ctx, append([]string{"snapshot", "restore", "before", "--cluster", m.Name}, hubArgs(ns)...)...)
 	if err != nil || !strings.Contains(out, "already equals snapshot before") {
 		t.Fatalf("a second restore must be a no-op: %v\n%s", err, out)
+	}
+}
+
+// createMySQLRelease creates the release mysql-v1 of mysql-operator in the hub namespace ns:
+// the MySQLCluster CRD and the operator's Deployment.
+func createMySQLRelease(t *testing.T, ns string) {
+	t.Helper()
+	dir := t.TempDir()
+	writeFile(t, dir+"/crd.yaml", testfixture.MySQLCRDYAML)
+	writeFile(t, dir+"/deploy.yaml", `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: mysql-operator
+spec:
+  selector: {matchLabels: {app: mysql-operator}}
+  template:
+    metadata: {labels: {app: mysql-operator}}
+    spec:
+      containers:
+      - name: manager
+        image: example.com/mysql-operator:`+testCommit+`
+`)
+	args := append([]string{"release", "create", "mysql-v1", "--operator", "mysql-operator", "--version", "1.0.0",
+		"--git-commit", testCommit, "--image", "example.com/mysql-operator:" + testCommit, "--manifests", dir}, hubArgs(ns)...)
+	if out, err := run(t.Context(), args...); err != nil {
+		t.Fatalf("release create: %v\n%s", err, out)
+	}
+}
+
+// snapshot verify records its outcome on the Snapshot as the Verified condition: True when
+// the payload matches its checksum, False naming the problem when it is corrupted or gone.
+func TestSnapshotVerifyRecordsTheOutcome(t *testing.T) {
+	ctx := t.Context()
+	c := hubClient(t)
+	ns := testenv.Namespace(t, env.Hub.RESTConfig())
+	m := env.Members[0]
+	if out, err := run(ctx, "clusters", "add", m.Name, "--kubeconfig", m.Kubeconfig, "--hub-kubeconfig", env.Hub.Kubeconfig); err != nil {
+		t.Fatalf("clusters add: %v\n%s", err, out)
+	}
+	createMySQLRelease(t, ns)
+	store := t.TempDir()
+	out, err := run(ctx, append([]string{"snapshot", "take", "--cluster", m.Name, "--operator", "mysql-operator", "--release", "mysql-v1",
+		"--name", "checked", "--store", "dir://" + store}, hubArgs(ns)...)...)
+	if err != nil {
+		t.Fatalf("snapshot take: %v\n%s", err, out)
+	}
+	verified := func() *metav1.Condition {
+		t.Helper()
+		snap := &v1alpha1.Snapshot{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "checked"}, snap); err != nil {
+			t.Fatal(err)
+		}
+		cond := meta.FindStatusCondition(snap.Status.Conditions, v1alpha1.ConditionVerified)
+		if cond == nil {
+			t.Fatalf("no Verified condition: %+v", snap.Status.Conditions)
+		}
+		if !meta.IsStatusConditionTrue(snap.Status.Conditions, v1alpha1.ConditionReady) {
+			t.Fatalf("recording Verified must keep Ready: %+v", snap.Status.Conditions)
+		}
+		return cond
+	}
+	verify := func() (string, error) {
+		return run(ctx, append([]string{"snapshot", "verify", "checked"}, hubArgs(ns)...)...)
+	}
+
+	// Intact: True.
+	if out, err := verify(); err != nil || !strings.Contains(out, "verified") {
+		t.Fatalf("snapshot verify: %v\n%s", err, out)
+	}
+	cond := verified()
+	if cond.Status != metav1.ConditionTrue || cond.Reason != v1alpha1.ReasonChecksumMatched || !strings.Contains(cond.Message, "sha256:") {
+		t.Fatalf("an intact payload: Verified %s %s %q", cond.Status, cond.Reason, cond.Message)
+	}
+
+	// One byte of the stored payload flipped: False, ChecksumMismatch.
+	file := filepath.Join(store, "checked")
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0x01
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := verify(); err == nil || !strings.Contains(err.Error(), "FAILED verification") {
+		t.Fatalf("verify of a corrupted payload must fail: %v\n%s", err, out)
+	}
+	cond = verified()
+	if cond.Status != metav1.ConditionFalse || cond.Reason != v1alpha1.ReasonChecksumMismatch || !strings.Contains(cond.Message, "corrupted") {
+		t.Fatalf("a corrupted payload: Verified %s %s %q", cond.Status, cond.Reason, cond.Message)
+	}
+
+	// The payload gone: False, PayloadUnavailable.
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := verify(); err == nil {
+		t.Fatalf("verify of a missing payload must fail:\n%s", out)
+	}
+	cond = verified()
+	if cond.Status != metav1.ConditionFalse || cond.Reason != v1alpha1.ReasonPayloadUnavailable || !strings.Contains(cond.Message, "not found") {
+		t.Fatalf("a missing payload: Verified %s %s %q", cond.Status, cond.Reason, cond.Message)
 	}
 }

@@ -1,3 +1,5 @@
+//go:build !unit
+
 package restore_test
 
 import (

@@ -499,24 +499,28 @@ func (c *capturer) orderedLists(ctx context.Context, gvrs []schema.GroupVersionR
 		chans[i] = make(chan *batch, 1)
 	}
 	sem := make(chan struct{}, c.o.Parallelism)
+	// The launcher is counted in wg before the Wait can start, and it adds each lister while
+	// it is counted itself: so the Wait, on any return, waits for every lister launched.
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
-	go func() {
+	wg.Go(func() {
 		for i, gvr := range gvrs {
 			select {
 			case sem <- struct{}{}:
 			case <-ctx.Done():
 				return
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			if ctx.Err() != nil { // both were ready: the select chose at random
+				<-sem
+				return
+			}
+			wg.Go(func() {
 				defer func() { <-sem }()
 				c.listBatches(ctx, gvr, chans[i], item)
-			}()
+			})
 		}
-	}()
+	})
 	for i := range gvrs {
 		for b := range chans[i] {
 			if b.err != nil {

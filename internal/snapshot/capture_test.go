@@ -1,17 +1,26 @@
+//go:build !unit
+
 package snapshot_test
 
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/internal/apply"
 	"github.com/rewind-dev/rewind/internal/snapshot"
@@ -206,4 +215,88 @@ func TestCaptureIsDeterministicAndDiffNamesTheChange(t *testing.T) {
 	if len(ch.Fields) != 1 || ch.Fields[0].Path != "spec.replicas" {
 		t.Fatalf("diff must name exactly spec.replicas, got %+v", ch.Fields)
 	}
+}
+
+// kindCRD returns a namespaced CRD of group race.example.com with versions v1 and v2. A
+// broken one stores v1 and does not serve it, so a LIST of its storage version fails (404).
+func kindCRD(kind string, broken bool) *unstructured.Unstructured {
+	plural := strings.ToLower(kind) + "s"
+	schema := map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+		"metadata": map[string]any{"name": plural + ".race.example.com"},
+		"spec": map[string]any{
+			"group": "race.example.com", "scope": "Namespaced",
+			"names": map[string]any{"kind": kind, "listKind": kind + "List", "plural": plural, "singular": strings.ToLower(kind)},
+			"versions": []any{
+				map[string]any{"name": "v1", "served": !broken, "storage": true, "schema": schema},
+				map[string]any{"name": "v2", "served": true, "storage": false, "schema": schema},
+			},
+		},
+	}}
+}
+
+// A LIST that fails on the first kind ends the capture while the listers of the other kinds
+// are still being launched: the capture must return only once every lister it launched has
+// stopped (run with -race: launching one while the capture already waits for them is a
+// WaitGroup misuse the race detector reports).
+func TestCaptureStopsEveryListerWhenTheFirstKindFails(t *testing.T) {
+	ctx := t.Context()
+	cl := testenv.Member(t, env.Members[0])
+	crds := []*unstructured.Unstructured{kindCRD("Abroken", true)}
+	for i := range 7 {
+		crds = append(crds, kindCRD(fmt.Sprintf("Kind%d", i), false))
+	}
+	if _, err := apply.Objects(ctx, cl, crds, apply.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Delete them and wait until they are gone (so that -count can create them again).
+		// The broken one is mended first: its deletion lists its objects at its storage version.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := apply.Objects(ctx, cl, []*unstructured.Unstructured{kindCRD("Abroken", false)}, apply.Options{}); err != nil {
+			t.Errorf("serving the storage version of the broken CRD: %v", err)
+		}
+		for _, crd := range crds {
+			_ = cl.Client.Delete(ctx, crd)
+		}
+		err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			for _, crd := range crds {
+				u := &unstructured.Unstructured{}
+				u.SetGroupVersionKind(crd.GroupVersionKind())
+				if err := cl.Client.Get(ctx, client.ObjectKeyFromObject(crd), u); !apierrors.IsNotFound(err) {
+					return false, nil
+				}
+			}
+			return true, nil
+		})
+		if err != nil {
+			t.Errorf("deleting the test CRDs: %v", err)
+		}
+	})
+	opts := snapshot.Options{Operator: "race", Manifests: crds, Parallelism: 1}
+	for range 30 {
+		_, err := snapshot.Capture(ctx, cl, opts, io.Discard)
+		if !apierrors.IsNotFound(err) || !strings.Contains(err.Error(), "listing abrokens.race.example.com") {
+			t.Fatalf("the capture must fail with the first kind's LIST error, got %v", err)
+		}
+		if n := runningListers(); n > 0 {
+			t.Fatalf("%d listers still run after the capture returned", n)
+		}
+	}
+}
+
+// runningListers counts the goroutines that run a lister of a capture.
+func runningListers() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	return bytes.Count(buf, []byte("snapshot.(*capturer).orderedLists"))
 }

@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
@@ -58,6 +59,15 @@ type Hub struct {
 	// KEK wraps data keys; nil loads the default key from the hub Secret
 	// rewind-system/rewind-snapshot-key (created on first use).
 	KEK payload.KeyWrapper
+	// OpenStore opens the payload store a URL names; nil means payload.OpenStore.
+	OpenStore func(ctx context.Context, url string, hub client.Client) (payload.Store, error)
+}
+
+func (h *Hub) openStore(ctx context.Context, url string) (payload.Store, error) {
+	if h.OpenStore != nil {
+		return h.OpenStore(ctx, url, h.Client)
+	}
+	return payload.OpenStore(ctx, url, h.Client)
 }
 
 func (h *Hub) kek(ctx context.Context) (payload.KeyWrapper, error) {
@@ -121,7 +131,7 @@ func (h *Hub) Take(ctx context.Context, cl *member.Cluster, r Request) (*v1alpha
 	if err != nil {
 		return nil, err
 	}
-	store, err := payload.OpenStore(ctx, r.StoreURL, h.Client)
+	store, err := h.openStore(ctx, r.StoreURL)
 	if err != nil {
 		return nil, err
 	}
@@ -131,28 +141,45 @@ func (h *Hub) Take(ctx context.Context, cl *member.Cluster, r Request) (*v1alpha
 		w   *payload.Writer
 		err error
 	}
+	// The capture writes into the pipe while the store reads from it; when one side fails,
+	// the other fails after it, with an error that only says the pipe closed. What is
+	// reported is the side that failed first: captureFailed is closed before the capture's
+	// error reaches the store, and the capture is stopped only after the store returned.
+	captureCtx, stopCapture := context.WithCancel(ctx)
+	defer stopCapture()
+	captureFailed := make(chan struct{})
 	done := make(chan outcome, 1)
 	go func() {
-		w, err := payload.NewWriter(ctx, pw, kek)
-		if err != nil {
-			pw.CloseWithError(err)
-			done <- outcome{err: err}
-			return
+		var out outcome
+		out.w, out.err = payload.NewWriter(captureCtx, pw, kek)
+		if out.err == nil {
+			out.res, out.err = Capture(captureCtx, cl, r.Capture, out.w)
+			if out.err == nil {
+				out.err = out.w.Close()
+			}
 		}
-		res, err := Capture(ctx, cl, r.Capture, w)
-		if err == nil {
-			err = w.Close()
+		if out.err != nil {
+			close(captureFailed)
 		}
-		pw.CloseWithError(err)
-		done <- outcome{res: res, w: w, err: err}
+		pw.CloseWithError(out.err)
+		done <- out
 	}()
 	_, stored, putErr := store.Put(ctx, r.Name, pr)
-	pr.CloseWithError(errors.New("store stopped reading"))
-	out := <-done
-	if out.err != nil {
-		return nil, fmt.Errorf("capturing %s: %w", r.Cluster, out.err)
+	captureFirst := false
+	select {
+	case <-captureFailed:
+		captureFirst = true
+	default:
 	}
 	if putErr != nil {
+		stopCapture()
+	}
+	pr.CloseWithError(errors.New("the store stopped reading before the end of the payload"))
+	out := <-done
+	switch {
+	case out.err != nil && (captureFirst || putErr == nil):
+		return nil, fmt.Errorf("capturing %s: %w", r.Cluster, out.err)
+	case putErr != nil:
 		return nil, fmt.Errorf("storing snapshot %s: %w", r.Name, putErr)
 	}
 	base := snap.DeepCopy()
@@ -205,7 +232,7 @@ func (h *Hub) Open(ctx context.Context, snap *v1alpha1.Snapshot) (io.ReadCloser,
 	if err != nil {
 		return nil, err
 	}
-	store, err := payload.OpenStore(ctx, url, h.Client)
+	store, err := h.openStore(ctx, url)
 	if err != nil {
 		return nil, err
 	}
@@ -261,8 +288,32 @@ func (h *Hub) Load(ctx context.Context, snap *v1alpha1.Snapshot) (Header, []Entr
 	return hdr, entries, nil
 }
 
-// Verify decrypts the whole payload of snap and checks it against the recorded checksum.
+// Verify decrypts the whole payload of snap, checks it against the recorded checksum and
+// records the outcome on the Snapshot as its Verified condition: True (ChecksumMatched), or
+// False with the problem (ChecksumMismatch: the payload is corrupted or truncated;
+// PayloadUnavailable: it could not be read). A check that ctx cut short records nothing.
 func (h *Hub) Verify(ctx context.Context, snap *v1alpha1.Snapshot) error {
+	err := h.verify(ctx, snap)
+	if ctx.Err() != nil {
+		return err
+	}
+	cond := metav1.Condition{Type: v1alpha1.ConditionVerified, Status: metav1.ConditionFalse, ObservedGeneration: snap.Generation}
+	switch {
+	case err == nil:
+		cond.Status, cond.Reason = metav1.ConditionTrue, v1alpha1.ReasonChecksumMatched
+		cond.Message = fmt.Sprintf("the payload decrypts to %d bytes with checksum %s", snap.Status.Bytes, snap.Status.Checksum)
+	case errors.Is(err, payload.ErrCorrupted) || errors.Is(err, payload.ErrTruncated):
+		cond.Reason, cond.Message = v1alpha1.ReasonChecksumMismatch, err.Error()
+	default:
+		cond.Reason, cond.Message = v1alpha1.ReasonPayloadUnavailable, err.Error()
+	}
+	if rerr := h.setCondition(ctx, snap, cond); rerr != nil {
+		return errors.Join(err, fmt.Errorf("recording the verification on Snapshot %s/%s: %w", snap.Namespace, snap.Name, rerr))
+	}
+	return err
+}
+
+func (h *Hub) verify(ctx context.Context, snap *v1alpha1.Snapshot) error {
 	rc, err := h.Open(ctx, snap)
 	if err != nil {
 		return err
@@ -270,6 +321,22 @@ func (h *Hub) Verify(ctx context.Context, snap *v1alpha1.Snapshot) error {
 	defer rc.Close()
 	_, err = io.Copy(io.Discard, rc)
 	return err
+}
+
+// setCondition sets cond in the status of snap (updated in place), with the resourceVersion
+// as a precondition so no other condition is lost, again on a fresh copy after a conflict.
+func (h *Hub) setCondition(ctx context.Context, snap *v1alpha1.Snapshot, cond metav1.Condition) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		base := snap.DeepCopy()
+		meta.SetStatusCondition(&snap.Status.Conditions, cond)
+		err := h.Client.Status().Patch(ctx, snap, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+		if apierrors.IsConflict(err) {
+			if gerr := h.Client.Get(ctx, client.ObjectKeyFromObject(snap), snap); gerr != nil {
+				return gerr
+			}
+		}
+		return err
+	})
 }
 
 // Prune deletes the oldest snapshots of a cluster and operator beyond keep, except those a
@@ -351,7 +418,7 @@ func (h *Hub) referenced(ctx context.Context, namespace string) (func(*v1alpha1.
 // Delete removes a snapshot's payload and then its Snapshot object.
 func (h *Hub) Delete(ctx context.Context, snap *v1alpha1.Snapshot) error {
 	if url, name, err := storeOf(snap); err == nil {
-		store, err := payload.OpenStore(ctx, url, h.Client)
+		store, err := h.openStore(ctx, url)
 		if err != nil {
 			return err
 		}

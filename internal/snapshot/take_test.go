@@ -1,15 +1,22 @@
+//go:build !unit
+
 package snapshot_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
+	"math"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
@@ -173,5 +180,90 @@ func TestRetentionKeepsReferencedSnapshots(t *testing.T) {
 		if strings.Contains(s.Name, "-s2-") || strings.HasSuffix(s.Name, "-s2") {
 			t.Fatalf("payload chunk %s of the deleted snapshot s2 remains", s.Name)
 		}
+	}
+}
+
+// failingStore is a payload store whose Put reads up to readFirst bytes, then fails with
+// failWith. A Put whose payload stream fails fails with errStoreRead, which does not wrap
+// the stream's error (as a store that words its own failure would).
+type failingStore struct {
+	readFirst int64
+	failWith  error
+}
+
+var errStoreRead = errors.New("the store could not read the payload")
+
+func (s *failingStore) Put(_ context.Context, _ string, r io.Reader) (string, int64, error) {
+	if _, err := io.CopyN(io.Discard, r, s.readFirst); err != nil {
+		return "", 0, errStoreRead
+	}
+	return "", 0, s.failWith
+}
+
+func (s *failingStore) Get(context.Context, string) (io.ReadCloser, error) {
+	return nil, payload.ErrNotFound
+}
+
+func (s *failingStore) Delete(context.Context, string) error { return nil }
+
+func TestTakeReportsTheFailureThatCameFirst(t *testing.T) {
+	mysqlFixture(t)
+	c := hubClient(t)
+	ns := testenv.Namespace(t, env.Hub.RESTConfig())
+	errDiskFull := errors.New("no space left on the bucket")
+	unknownKind := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "example.com/v1", "kind": "Gadget", "metadata": map[string]any{"name": "g"},
+	}}
+	for _, tc := range []struct {
+		name string
+		// store is where the payload goes.
+		store *failingStore
+		// manifests replace the release's manifests of captureOpts when set.
+		manifests []*unstructured.Unstructured
+		// want says whether err is the expected one.
+		want func(err error) bool
+	}{{
+		name:  "store fails before reading",
+		store: &failingStore{readFirst: 0, failWith: errDiskFull},
+		want:  func(err error) bool { return errors.Is(err, errDiskFull) },
+	}, {
+		name:  "store fails after reading part of the payload",
+		store: &failingStore{readFirst: 4096, failWith: errDiskFull},
+		want:  func(err error) bool { return errors.Is(err, errDiskFull) },
+	}, {
+		name:      "capture fails first",
+		store:     &failingStore{readFirst: math.MaxInt64},
+		manifests: append(captureOpts().Manifests, unknownKind),
+		want: func(err error) bool {
+			return strings.Contains(err.Error(), "Gadget, which rewind does not know how to capture") && !errors.Is(err, errStoreRead)
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			kek, err := payload.GenerateLocalKEK()
+			if err != nil {
+				t.Fatal(err)
+			}
+			hub := &snapshot.Hub{Client: c, KEK: kek, OpenStore: func(context.Context, string, client.Client) (payload.Store, error) {
+				return tc.store, nil
+			}}
+			opts := captureOpts()
+			if tc.manifests != nil {
+				opts.Manifests = tc.manifests
+			}
+			name := strings.ReplaceAll(tc.name, " ", "-")
+			_, err = hub.Take(t.Context(), testenv.Member(t, env.Members[0]), snapshot.Request{
+				Name: name, Namespace: ns, Cluster: "member1", Retention: -1, Capture: opts,
+			})
+			if err == nil || !tc.want(err) {
+				t.Fatalf("Take returned %v", err)
+			}
+			var snap v1alpha1.Snapshot
+			if err := c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, &snap); err != nil {
+				t.Fatal(err)
+			}
+			if meta.FindStatusCondition(snap.Status.Conditions, v1alpha1.ConditionReady) != nil || snap.Status.Location != "" {
+				t.Fatalf("a failed Take must not record the snapshot as stored: %+v", snap.Status)
+			}
+		})
 	}
 }

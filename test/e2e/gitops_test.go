@@ -1,3 +1,5 @@
+//go:build !unit
+
 package e2e
 
 import (

@@ -1,3 +1,5 @@
+//go:build !unit
+
 // Package e2e runs rewind's rollout pipeline end to end against a real hub and three member
 // clusters with workloads (kube-controller-manager, scheduler and kwok per member).
 package e2e

@@ -1,3 +1,5 @@
+//go:build !unit
+
 // Package kinds runs a release holding every kind real operator charts carry through apply,
 // the health gate, capture and restore on a real member: built-in kinds of every role,
 // cluster-scoped and namespaced; custom resources of CRDs the member already runs

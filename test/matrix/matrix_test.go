@@ -1,3 +1,5 @@
+//go:build !unit
+
 // Package matrix is the version-jump test matrix of the sample MySQLCluster operator: every
 // upgrade between its three releases (v1->v2, v2->v3, v1->v3) through a real rollout, each
 // followed by a rollback (v2->v1, v3->v2, and v3->v1 directly), with the real operator of each

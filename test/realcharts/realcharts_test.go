@@ -1,3 +1,5 @@
+//go:build !unit
+
 // Package realcharts runs real public operator charts through rewind end to end, as a user
 // would: External Secrets Operator 0.15.1 -> 0.16.2 (the shared fixtures) and Kyverno
 // 3.1.5 -> 3.2.9 (test/fixtures/charts). Each is installed through a Rollout, gets custom

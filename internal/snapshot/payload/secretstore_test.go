@@ -1,3 +1,5 @@
+//go:build !unit
+
 package payload
 
 import (
@@ -16,6 +18,21 @@ import (
 )
 
 // chunkSecrets lists the chunk Secrets of name in ns, with their data.
+// TestSecretStoreContract: the secrets:// store keeps the contract of every store (the
+// other stores are checked in TestStores).
+func TestSecretStoreContract(t *testing.T) {
+	c, ns := hubClient(t)
+	u := "secrets://" + ns
+	s, err := OpenStore(t.Context(), u, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.(*SecretStore); !ok {
+		t.Fatalf("OpenStore(%s) is a %T", u, s)
+	}
+	testStoreContract(t, s, u+"/")
+}
+
 func chunkSecrets(t *testing.T, c client.Client, ns, name string) []corev1.Secret {
 	t.Helper()
 	list := &corev1.SecretList{}

@@ -122,26 +122,10 @@ func TestStores(t *testing.T) {
 		{"dir", "dir://" + dir, "dir://" + dir + "/"},
 		{"mem", "mem://", "mem:///"},
 		{"file", "file://" + fileDir, "file://" + fileDir + "/"},
-		{"secrets", "", "secrets://"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			u := tc.url
-			if tc.name == "secrets" {
-				c, ns := hubClient(t)
-				u = "secrets://" + ns
-				tc.location = u + "/"
-				s, err := OpenStore(ctx, u, c)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, ok := s.(*SecretStore); !ok {
-					t.Fatalf("OpenStore(%s) is a %T", u, s)
-				}
-				testStoreContract(t, s, tc.location)
-				return
-			}
-			s, err := OpenStore(ctx, u, nil)
+			s, err := OpenStore(ctx, tc.url, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

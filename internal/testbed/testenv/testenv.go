@@ -1,6 +1,11 @@
 // Package testenv lets a test package share one real testbed across its tests: TestMain calls
 // Main, which starts the testbed, runs the tests and always stops it (also on SIGINT/SIGTERM,
 // and the child processes die with the test binary if it crashes).
+//
+// The file with that TestMain, and every test file that uses the testbed, starts with
+// `//go:build !unit`: `make test-unit` (`go test -tags unit ./...`) then builds each package
+// without them and runs only its tests that need no testbed, while `make test` runs all. A
+// helper both kinds of test use lives in an untagged file.
 package testenv
 
 import (
