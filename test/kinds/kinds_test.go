@@ -9,8 +9,8 @@ package kinds
 
 import (
 	"bytes"
-	"errors"
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
