@@ -339,14 +339,20 @@ func TestEveryKind(t *testing.T) {
 	}
 
 	// The health gate covers every applied object, whatever its kind.
-	var res health.Result
+	last := "never checked"
 	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		res, err = health.Check(ctx, cl, health.Target{Applied: v1, Namespace: ns, OperatorImage: "example.com/gizmo@sha256:" + strings.Repeat("a1", 32),
+		res, err := health.Check(ctx, cl, health.Target{Applied: v1, Namespace: ns, OperatorImage: "example.com/gizmo@sha256:" + strings.Repeat("a1", 32),
 			CRDs: release.CRDInventory(v1)})
+		switch {
+		case err != nil && ctx.Err() == nil:
+			last = err.Error()
+		case err == nil:
+			last = strings.Join(res.Problems, "\n  ")
+		}
 		return err == nil && res.Healthy(), nil
 	})
 	if err != nil {
-		t.Fatalf("the release did not become healthy: %v %s", err, res.Summary())
+		t.Fatalf("the release did not become healthy:\n  %s", last)
 	}
 
 	// A child the (absent) operator would have made: a ConfigMap owned by the default Gizmo.

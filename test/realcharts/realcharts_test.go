@@ -152,7 +152,8 @@ func (oc operatorChart) createRelease(t *testing.T, ns string, v chartVersion) s
 		t.Fatal(err)
 	}
 	name := oc.operator + "-" + strings.ReplaceAll(v.version, ".", "-")
-	args := []string{"release", "create", name, "--operator", oc.operator, "--version", v.version,
+	// The release version is the operator's (the chart's appVersion), not the chart's.
+	args := []string{"release", "create", name, "--operator", oc.operator, "--version", strings.TrimPrefix(v.app, "v"),
 		"--git-commit", fmt.Sprintf("%x", sha256.Sum256([]byte(v.app)))[:40], "--image", image,
 		"--chart", v.dir, "--values", file, "--install-namespace", oc.installNS, "-n", ns, "--kubeconfig", env.Hub.Kubeconfig}
 	for _, a := range oc.apiVersions {
