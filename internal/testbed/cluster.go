@@ -11,10 +11,6 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -83,7 +79,6 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c.Server = "https://127.0.0.1:" + strconv.Itoa(c.port)
 	c.apiArgs = []string{
 		"--etcd-servers=" + t.etcdURL,
 		"--etcd-prefix=/" + c.Name,
@@ -175,32 +170,17 @@ func (c *Cluster) StartAPIServer(ctx context.Context) error {
 
 func (c *Cluster) startWorkloads(ctx context.Context) error {
 	t := c.tb
-	cs, err := kubernetes.NewForConfig(c.RESTConfig())
+	cs, err := kubernetes.NewForConfig(c.directRESTConfig())
 	if err != nil {
 		return err
 	}
-	nodeName := "kwok-node-0"
-	node := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:        nodeName,
-			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
-			Labels:      map[string]string{"type": "kwok", "kubernetes.io/hostname": nodeName},
-		},
-		Status: corev1.NodeStatus{
-			Allocatable: corev1.ResourceList{
-				corev1.ResourceCPU: resource.MustParse("64"), corev1.ResourceMemory: resource.MustParse("512Gi"), corev1.ResourcePods: resource.MustParse("1000"),
-			},
-			Capacity: corev1.ResourceList{
-				corev1.ResourceCPU: resource.MustParse("64"), corev1.ResourceMemory: resource.MustParse("512Gi"), corev1.ResourcePods: resource.MustParse("1000"),
-			},
-		},
-	}
-	if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("testbed: creating the fake node in %s: %w", c.Name, err)
+	nodes, err := c.createNodes(ctx, cs)
+	if err != nil {
+		return err
 	}
 
 	kcmArgs := []string{
-		"--kubeconfig=" + c.Kubeconfig,
+		"--kubeconfig=" + c.localKubeconfig,
 		"--controllers=deployment-controller,replicaset-controller,statefulset-controller,job-controller,garbage-collector-controller,namespace-controller,serviceaccount-controller",
 		"--leader-elect=false",
 		"--secure-port=0",
@@ -208,9 +188,9 @@ func (c *Cluster) startWorkloads(ctx context.Context) error {
 		"--kube-api-burst=400",
 		"--concurrent-gc-syncs=20",
 	}
-	schedArgs := []string{"--kubeconfig=" + c.Kubeconfig, "--leader-elect=false", "--secure-port=0"}
+	schedArgs := []string{"--kubeconfig=" + c.localKubeconfig, "--leader-elect=false", "--secure-port=0"}
 	kwokArgs := []string{
-		"--kubeconfig=" + c.Kubeconfig,
+		"--kubeconfig=" + c.localKubeconfig,
 		"--manage-all-nodes=true",
 		"--config=" + t.bins.KwokStages,
 		"--server-address=",
@@ -233,7 +213,7 @@ func (c *Cluster) startWorkloads(ctx context.Context) error {
 		t.track(p)
 	}
 
-	// Wait for kwok to make the node Ready, then remove the not-ready taint that only the
+	// Wait for kwok to make every node Ready, then remove the not-ready taint that only the
 	// node-lifecycle controller (not run here) would remove.
 	var lastErr error
 	err = pollUntil(ctx, readyTimeout, nil, func() bool {
@@ -243,28 +223,8 @@ func (c *Cluster) startWorkloads(ctx context.Context) error {
 				return true
 			}
 		}
-		n, err := cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
-		if err != nil {
-			return false
-		}
-		ready := false
-		for _, cond := range n.Status.Conditions {
-			if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
-				ready = true
-			}
-		}
-		if !ready {
-			return false
-		}
-		var keep []corev1.Taint
-		for _, taint := range n.Spec.Taints {
-			if taint.Key != "node.kubernetes.io/not-ready" {
-				keep = append(keep, taint)
-			}
-		}
-		if len(keep) != len(n.Spec.Taints) {
-			n.Spec.Taints = keep
-			if _, err := cs.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		for _, n := range nodes {
+			if !readyNode(ctx, cs, n) {
 				return false
 			}
 		}
@@ -274,7 +234,7 @@ func (c *Cluster) startWorkloads(ctx context.Context) error {
 		err = lastErr
 	}
 	if err != nil {
-		return fmt.Errorf("testbed: fake node in %s did not become ready: %w", c.Name, err)
+		return fmt.Errorf("testbed: the fake nodes of %s did not become ready: %w", c.Name, err)
 	}
 	return nil
 }

@@ -222,3 +222,33 @@ func StopRecords(recs []ProcessRecord, grace time.Duration) {
 	}
 	wg.Wait()
 }
+
+// Cluster is the cluster a process serves (the part of its name after "/", e.g. "member1"
+// for "kube-apiserver/member1"), or "" for etcd and the latency proxy, which serve them all.
+func (r ProcessRecord) Cluster() string {
+	_, c, _ := strings.Cut(r.Name, "/")
+	return c
+}
+
+// RSS returns the resident set size of the process of rec in bytes (VmRSS of
+// /proc/PID/status), or an error if it is not running.
+func RSS(rec ProcessRecord) (int64, error) {
+	if !Alive(rec) {
+		return 0, fmt.Errorf("%s (pid %d) is not running", rec.Name, rec.PID)
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(rec.PID) + "/status")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(v) // "123456 kB"
+			if len(f) != 2 || f[1] != "kB" {
+				return 0, fmt.Errorf("malformed VmRSS line %q", line)
+			}
+			kb, err := strconv.ParseInt(f[0], 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", rec.PID)
+}
