@@ -33,9 +33,10 @@ type process struct {
 	logFile *os.File
 }
 
-// startProcess starts bin with args in its own process group, logging to logPath. When
-// attached, the child is killed if this process dies (PDEATHSIG) and is reaped by a goroutine.
-func startProcess(name, bin string, args []string, logPath string, attached bool) (*process, error) {
+// startProcess starts bin with args in its own process group, logging to logPath, with this
+// process's environment plus env. When attached, the child is killed if this process dies
+// (PDEATHSIG) and is reaped by a goroutine.
+func startProcess(name, bin string, args []string, logPath string, attached bool, env ...string) (*process, error) {
 	if err := os.MkdirAll(filepath.Dir(logPath), 0o700); err != nil {
 		return nil, err
 	}
@@ -46,7 +47,7 @@ func startProcess(name, bin string, args []string, logPath string, attached bool
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout = lf
 	cmd.Stderr = lf
-	cmd.Env = append(os.Environ(), "GOMAXPROCS=2")
+	cmd.Env = append(append(os.Environ(), "GOMAXPROCS=2"), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if attached {
 		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
