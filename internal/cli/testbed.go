@@ -109,7 +109,9 @@ directly.`,
 		Short: "Show the clusters and processes of the running testbed",
 		Long: `Reads the testbed state in --state-dir and shows each cluster (is its API server ready?
 how much memory do its processes use?) and each process the testbed started (is it alive?
-its resident set size, VmRSS of /proc/PID/status). A cluster's RSS is the sum of its
+its resident memory). RSS is VmRSS of /proc/PID/status; it counts the pages of the program's
+file, which every process running the same binary shares, so ANON (RssAnon, the process's
+own memory) is what each more member costs. A cluster's figures are the sums over its
 kube-apiserver, kube-controller-manager, kube-scheduler and kwok; etcd and the latency proxy
 serve every cluster and are counted in the total only.`,
 		Example: `  rewind testbed status
@@ -129,19 +131,19 @@ serve every cluster and are counted in the total only.`,
 				return err
 			}
 			w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "CLUSTER\tSERVER\tREADY\tRSS\tKUBECONFIG")
+			fmt.Fprintln(w, "CLUSTER\tSERVER\tREADY\tRSS\tANON\tKUBECONFIG")
 			for _, c := range report.Clusters {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", c.Name, c.Server, c.Ready, mib(c.RSSBytes), c.Kubeconfig)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", c.Name, c.Server, c.Ready, mib(c.RSS), mib(c.Anon), c.Kubeconfig)
 			}
 			w.Flush()
 			fmt.Fprintln(out)
 			w = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "PROCESS\tPID\tALIVE\tRSS")
+			fmt.Fprintln(w, "PROCESS\tPID\tALIVE\tRSS\tANON")
 			for _, p := range report.Processes {
-				fmt.Fprintf(w, "%s\t%d\t%v\t%s\n", p.Name, p.PID, p.Alive, mib(p.RSSBytes))
+				fmt.Fprintf(w, "%s\t%d\t%v\t%s\t%s\n", p.Name, p.PID, p.Alive, mib(p.RSS), mib(p.Anon))
 			}
 			w.Flush()
-			fmt.Fprintf(out, "\nTotal RSS: %s\n", mib(report.TotalRSSBytes))
+			fmt.Fprintf(out, "\nTotal: RSS %s, anon %s\n", mib(report.Total.RSS), mib(report.Total.Anon))
 			return nil
 		},
 	}
@@ -178,8 +180,8 @@ says so and succeeds.`,
 type testbedStatus struct {
 	Clusters  []testbedClusterStatus `json:"clusters"`
 	Processes []testbedProcessStatus `json:"processes"`
-	// TotalRSSBytes is the resident set size of every live process of the testbed.
-	TotalRSSBytes int64 `json:"totalRSSBytes"`
+	// Total is the resident memory of every live process of the testbed.
+	Total testbed.Memory `json:"total"`
 }
 
 type testbedClusterStatus struct {
@@ -187,37 +189,40 @@ type testbedClusterStatus struct {
 	Server     string `json:"server"`
 	Ready      string `json:"ready"`
 	Kubeconfig string `json:"kubeconfig"`
-	// RSSBytes is the resident set size of the cluster's live processes (kube-apiserver and,
+	// Memory is the resident memory of the cluster's live processes (kube-apiserver and,
 	// with workloads, kube-controller-manager, kube-scheduler and kwok).
-	RSSBytes int64 `json:"rssBytes"`
+	testbed.Memory
 }
 
 type testbedProcessStatus struct {
 	Name  string `json:"name"`
 	PID   int    `json:"pid"`
 	Alive bool   `json:"alive"`
-	// RSSBytes is VmRSS of /proc/PID/status (0 when the process is gone).
-	RSSBytes int64 `json:"rssBytes"`
+	// Memory is the resident memory of the process (0 when it is gone).
+	testbed.Memory
 }
 
 // newTestbedStatus reads the readiness of each cluster and the liveness and RSS of each
 // process of the state.
 func newTestbedStatus(ctx context.Context, st *testbed.State) testbedStatus {
 	var report testbedStatus
-	byCluster := map[string]int64{}
+	byCluster := map[string]testbed.Memory{}
+	add := func(dst *testbed.Memory, m testbed.Memory) { dst.RSS += m.RSS; dst.Anon += m.Anon }
 	for _, p := range st.Processes {
 		ps := testbedProcessStatus{Name: p.Name, PID: p.PID, Alive: testbed.Alive(p)}
 		if ps.Alive {
-			ps.RSSBytes, _ = testbed.RSS(p)
+			ps.Memory, _ = testbed.ReadMemory(p)
 		}
-		byCluster[p.Cluster()] += ps.RSSBytes
-		report.TotalRSSBytes += ps.RSSBytes
+		m := byCluster[p.Cluster()]
+		add(&m, ps.Memory)
+		byCluster[p.Cluster()] = m
+		add(&report.Total, ps.Memory)
 		report.Processes = append(report.Processes, ps)
 	}
 	for _, c := range st.Clusters {
 		report.Clusters = append(report.Clusters, testbedClusterStatus{
 			Name: c.Name, Server: c.Server, Ready: clusterReady(ctx, c.Kubeconfig), Kubeconfig: c.Kubeconfig,
-			RSSBytes: byCluster[c.Name],
+			Memory: byCluster[c.Name],
 		})
 	}
 	return report

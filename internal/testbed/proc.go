@@ -231,25 +231,50 @@ func (r ProcessRecord) Cluster() string {
 	return c
 }
 
-// RSS returns the resident set size of the process of rec in bytes (VmRSS of
-// /proc/PID/status), or an error if it is not running.
-func RSS(rec ProcessRecord) (int64, error) {
+// Memory is the resident memory of a process, from /proc/PID/status.
+type Memory struct {
+	// RSS is VmRSS: every resident page, including the pages of the program's file, which
+	// every process running the same binary shares.
+	RSS int64 `json:"rssBytes"`
+	// Anon is RssAnon: the resident memory of this process alone (heap, stacks).
+	Anon int64 `json:"rssAnonBytes"`
+}
+
+// ReadMemory reads the resident memory of the process of rec, or fails if it is not running.
+func ReadMemory(rec ProcessRecord) (Memory, error) {
 	if !Alive(rec) {
-		return 0, fmt.Errorf("%s (pid %d) is not running", rec.Name, rec.PID)
+		return Memory{}, fmt.Errorf("%s (pid %d) is not running", rec.Name, rec.PID)
 	}
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(rec.PID) + "/status")
 	if err != nil {
-		return 0, err
+		return Memory{}, err
 	}
+	var m Memory
+	found := 0
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			f := strings.Fields(v) // "123456 kB"
-			if len(f) != 2 || f[1] != "kB" {
-				return 0, fmt.Errorf("malformed VmRSS line %q", line)
-			}
-			kb, err := strconv.ParseInt(f[0], 10, 64)
-			return kb << 10, err
+		name, v, _ := strings.Cut(line, ":")
+		var dst *int64
+		switch name {
+		case "VmRSS":
+			dst = &m.RSS
+		case "RssAnon":
+			dst = &m.Anon
+		default:
+			continue
 		}
+		f := strings.Fields(v) // "123456 kB"
+		if len(f) != 2 || f[1] != "kB" {
+			return Memory{}, fmt.Errorf("malformed line %q in /proc/%d/status", line, rec.PID)
+		}
+		kb, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return Memory{}, err
+		}
+		*dst = kb << 10
+		found++
 	}
-	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", rec.PID)
+	if found != 2 {
+		return Memory{}, fmt.Errorf("no VmRSS or RssAnon in /proc/%d/status", rec.PID)
+	}
+	return m, nil
 }

@@ -340,33 +340,34 @@ func TestCLIUpDownLeavesNoProcess(t *testing.T) {
 	}
 	var status struct {
 		Clusters []struct {
-			Name     string `json:"name"`
-			RSSBytes int64  `json:"rssBytes"`
+			Name string `json:"name"`
+			testbed.Memory
 		} `json:"clusters"`
 		Processes []struct {
-			Name     string `json:"name"`
-			RSSBytes int64  `json:"rssBytes"`
+			Name string `json:"name"`
+			testbed.Memory
 		} `json:"processes"`
-		TotalRSSBytes int64 `json:"totalRSSBytes"`
+		Total testbed.Memory `json:"total"`
 	}
 	if err := json.Unmarshal(jsonOut, &status); err != nil {
 		t.Fatalf("status -o json: %v\n%s", err, jsonOut)
 	}
-	var sum int64
+	var sum testbed.Memory
 	for _, p := range status.Processes {
-		if p.RSSBytes <= 0 {
-			t.Errorf("process %s has no RSS", p.Name)
+		if p.RSS <= 0 || p.Anon <= 0 || p.Anon > p.RSS {
+			t.Errorf("process %s memory: %+v", p.Name, p.Memory)
 		}
-		sum += p.RSSBytes
+		sum.RSS += p.RSS
+		sum.Anon += p.Anon
 	}
 	for _, c := range status.Clusters {
-		// A member runs 4 processes of at least a few MiB each.
-		if c.RSSBytes < 4<<20 {
-			t.Errorf("cluster %s RSS is %d bytes", c.Name, c.RSSBytes)
+		// Every cluster runs at least an API server, which holds tens of MiB.
+		if c.RSS < 16<<20 || c.Anon < 16<<20 {
+			t.Errorf("cluster %s memory: %+v", c.Name, c.Memory)
 		}
 	}
-	if status.TotalRSSBytes != sum {
-		t.Errorf("total RSS %d is not the sum of the processes' %d", status.TotalRSSBytes, sum)
+	if status.Total != sum {
+		t.Errorf("total memory %+v is not the sum of the processes' %+v", status.Total, sum)
 	}
 	downOut, err := exec.Command(rewind, "testbed", "down", "--state-dir", dir).CombinedOutput()
 	if err != nil {
