@@ -34,16 +34,18 @@ func newTestbedCommand() *cobra.Command {
 		Use:   "testbed",
 		Short: "Run a local hub and member clusters (real kube-apiserver + etcd) for trying rewind",
 		Long: `A testbed is one etcd, a hub kube-apiserver and N member kube-apiservers, and, with
---workloads, a kube-controller-manager, kube-scheduler and kwok (one fake node) per member so
-that Deployments become Available. The binaries are built from Go modules by
+--workloads, a kube-controller-manager, kube-scheduler and kwok (with --nodes fake nodes that
+carry the labels of real Linux nodes spread over three zones) per member so that Deployments
+become Available. --member-latency makes the members look remote. The binaries are built from Go modules by
 'make testbed-bins' (the first time takes about 15 minutes).`,
 	}
 	var stateDir, binDir string
 	cmd.PersistentFlags().StringVar(&stateDir, "state-dir", defaultStateDir(), "folder for kubeconfigs, logs and the state file ($REWIND_TESTBED_STATE)")
 	cmd.PersistentFlags().StringVar(&binDir, "bin-dir", os.Getenv(testbed.BinDirEnv), "folder with the testbed binaries ($"+testbed.BinDirEnv+"); empty builds them with hack/testbed/build.sh")
 
-	var members int
+	var members, nodes int
 	var workloads bool
+	var memberLatency time.Duration
 	var upOutput, statusOutput string
 	up := &cobra.Command{
 		Use:   "up",
@@ -51,18 +53,38 @@ that Deployments become Available. The binaries are built from Go modules by
 		Long: `Starts etcd, a hub API server and --members member API servers (with --workloads, also a
 kube-controller-manager, kube-scheduler and kwok per member) as background processes, waits
 until they are ready and prints each cluster's kubeconfig. The state (kubeconfigs, logs and
-the process list) stays in --state-dir until 'testbed down'.`,
+the process list) stays in --state-dir until 'testbed down'.
+
+With --member-latency, each member's kubeconfig points at a proxy (a background
+'rewind testbed proxy' process) that delays every chunk of bytes by that much in each
+direction, as if the member were in another region; the member's own controllers talk to it
+directly.`,
 		Example: `  rewind testbed up --members 3
+  rewind testbed up --members 30 --member-latency 25ms
   rewind testbed up --members 1 --workloads=false --state-dir /tmp/tb -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if members < 0 {
 				return fmt.Errorf("--members must be 0 or more, got %d", members)
 			}
-			tb, err := testbed.Start(cmd.Context(), testbed.Options{
-				Members: members, Workloads: workloads, BinDir: binDir, StateDir: stateDir,
-				Detached: true, Log: cmd.ErrOrStderr(),
-			})
+			if nodes < 1 {
+				return fmt.Errorf("--nodes must be 1 or more, got %d", nodes)
+			}
+			if memberLatency < 0 {
+				return fmt.Errorf("--member-latency must be 0 or more, got %s", memberLatency)
+			}
+			opts := testbed.Options{
+				Members: members, Workloads: workloads, Nodes: nodes, MemberLatency: memberLatency,
+				BinDir: binDir, StateDir: stateDir, Detached: true, Log: cmd.ErrOrStderr(),
+			}
+			if memberLatency > 0 {
+				exe, err := os.Executable()
+				if err != nil {
+					return fmt.Errorf("finding the rewind executable to run the latency proxy: %w", err)
+				}
+				opts.ProxyCommand = []string{exe, "testbed", "proxy"}
+			}
+			tb, err := testbed.Start(cmd.Context(), opts)
 			if err != nil {
 				return err
 			}
@@ -78,13 +100,20 @@ the process list) stays in --state-dir until 'testbed down'.`,
 	}
 	up.Flags().IntVar(&members, "members", 3, "number of member clusters")
 	up.Flags().BoolVar(&workloads, "workloads", true, "run kube-controller-manager, kube-scheduler and kwok in each member")
+	up.Flags().IntVar(&nodes, "nodes", testbed.DefaultNodes, "fake nodes per member with workloads (zones a, b, c in turn)")
+	up.Flags().DurationVar(&memberLatency, "member-latency", 0, "delay of every chunk of bytes to and from each member's API server, in each direction (e.g. 25ms)")
 	outputFlag(up, &upOutput)
 
 	status := &cobra.Command{
 		Use:   "status",
 		Short: "Show the clusters and processes of the running testbed",
-		Long: `Reads the testbed state in --state-dir and shows each cluster (is its API server ready?)
-and each process the testbed started (is it alive?).`,
+		Long: `Reads the testbed state in --state-dir and shows each cluster (is its API server ready?
+how much memory do its processes use?) and each process the testbed started (is it alive?
+its resident memory). RSS is VmRSS of /proc/PID/status; it counts the pages of the program's
+file, which every process running the same binary shares, so ANON (RssAnon, the process's
+own memory) is what each more member costs. A cluster's figures are the sums over its
+kube-apiserver, kube-controller-manager, kube-scheduler and kwok; etcd and the latency proxy
+serve every cluster and are counted in the total only.`,
 		Example: `  rewind testbed status
   rewind testbed status --state-dir /tmp/tb -o yaml`,
 		Args: cobra.NoArgs,
@@ -96,30 +125,26 @@ and each process the testbed started (is it alive?).`,
 				}
 				return err
 			}
-			var report testbedStatus
-			for _, c := range st.Clusters {
-				report.Clusters = append(report.Clusters, testbedClusterStatus{Name: c.Name, Server: c.Server, Ready: clusterReady(cmd.Context(), c.Kubeconfig), Kubeconfig: c.Kubeconfig})
-			}
-			for _, p := range st.Processes {
-				report.Processes = append(report.Processes, testbedProcessStatus{Name: p.Name, PID: p.PID, Alive: testbed.Alive(p)})
-			}
+			report := newTestbedStatus(cmd.Context(), st)
 			out := cmd.OutOrStdout()
 			if ok, err := printStructured(out, statusOutput, report); ok {
 				return err
 			}
 			w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "CLUSTER\tSERVER\tREADY\tKUBECONFIG")
+			fmt.Fprintln(w, "CLUSTER\tSERVER\tREADY\tRSS\tANON\tKUBECONFIG")
 			for _, c := range report.Clusters {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", c.Name, c.Server, c.Ready, c.Kubeconfig)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", c.Name, c.Server, c.Ready, mib(c.RSS), mib(c.Anon), c.Kubeconfig)
 			}
 			w.Flush()
 			fmt.Fprintln(out)
 			w = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "PROCESS\tPID\tALIVE")
+			fmt.Fprintln(w, "PROCESS\tPID\tALIVE\tRSS\tANON")
 			for _, p := range report.Processes {
-				fmt.Fprintf(w, "%s\t%d\t%v\n", p.Name, p.PID, p.Alive)
+				fmt.Fprintf(w, "%s\t%d\t%v\t%s\t%s\n", p.Name, p.PID, p.Alive, mib(p.RSS), mib(p.Anon))
 			}
-			return w.Flush()
+			w.Flush()
+			fmt.Fprintf(out, "\nTotal: RSS %s, anon %s\n", mib(report.Total.RSS), mib(report.Total.Anon))
+			return nil
 		},
 	}
 
@@ -147,7 +172,7 @@ says so and succeeds.`,
 			return os.RemoveAll(stateDir)
 		},
 	}
-	cmd.AddCommand(up, status, down)
+	cmd.AddCommand(up, status, down, newTestbedProxyCommand())
 	return cmd
 }
 
@@ -155,6 +180,8 @@ says so and succeeds.`,
 type testbedStatus struct {
 	Clusters  []testbedClusterStatus `json:"clusters"`
 	Processes []testbedProcessStatus `json:"processes"`
+	// Total is the resident memory of every live process of the testbed.
+	Total testbed.Memory `json:"total"`
 }
 
 type testbedClusterStatus struct {
@@ -162,12 +189,51 @@ type testbedClusterStatus struct {
 	Server     string `json:"server"`
 	Ready      string `json:"ready"`
 	Kubeconfig string `json:"kubeconfig"`
+	// Memory is the resident memory of the cluster's live processes (kube-apiserver and,
+	// with workloads, kube-controller-manager, kube-scheduler and kwok).
+	testbed.Memory
 }
 
 type testbedProcessStatus struct {
 	Name  string `json:"name"`
 	PID   int    `json:"pid"`
 	Alive bool   `json:"alive"`
+	// Memory is the resident memory of the process (0 when it is gone).
+	testbed.Memory
+}
+
+// newTestbedStatus reads the readiness of each cluster and the liveness and RSS of each
+// process of the state.
+func newTestbedStatus(ctx context.Context, st *testbed.State) testbedStatus {
+	var report testbedStatus
+	byCluster := map[string]testbed.Memory{}
+	add := func(dst *testbed.Memory, m testbed.Memory) { dst.RSS += m.RSS; dst.Anon += m.Anon }
+	for _, p := range st.Processes {
+		ps := testbedProcessStatus{Name: p.Name, PID: p.PID, Alive: testbed.Alive(p)}
+		if ps.Alive {
+			ps.Memory, _ = testbed.ReadMemory(p)
+		}
+		m := byCluster[p.Cluster()]
+		add(&m, ps.Memory)
+		byCluster[p.Cluster()] = m
+		add(&report.Total, ps.Memory)
+		report.Processes = append(report.Processes, ps)
+	}
+	for _, c := range st.Clusters {
+		report.Clusters = append(report.Clusters, testbedClusterStatus{
+			Name: c.Name, Server: c.Server, Ready: clusterReady(ctx, c.Kubeconfig), Kubeconfig: c.Kubeconfig,
+			Memory: byCluster[c.Name],
+		})
+	}
+	return report
+}
+
+// mib prints a byte count in MiB, or "-" for none.
+func mib(b int64) string {
+	if b <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0fMi", float64(b)/(1<<20))
 }
 
 func printClusters(out io.Writer, clusters []*testbed.Cluster) {

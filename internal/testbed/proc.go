@@ -33,9 +33,10 @@ type process struct {
 	logFile *os.File
 }
 
-// startProcess starts bin with args in its own process group, logging to logPath. When
-// attached, the child is killed if this process dies (PDEATHSIG) and is reaped by a goroutine.
-func startProcess(name, bin string, args []string, logPath string, attached bool) (*process, error) {
+// startProcess starts bin with args in its own process group, logging to logPath, with this
+// process's environment plus env. When attached, the child is killed if this process dies
+// (PDEATHSIG) and is reaped by a goroutine.
+func startProcess(name, bin string, args []string, logPath string, attached bool, env ...string) (*process, error) {
 	if err := os.MkdirAll(filepath.Dir(logPath), 0o700); err != nil {
 		return nil, err
 	}
@@ -46,7 +47,7 @@ func startProcess(name, bin string, args []string, logPath string, attached bool
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout = lf
 	cmd.Stderr = lf
-	cmd.Env = append(os.Environ(), "GOMAXPROCS=2")
+	cmd.Env = append(append(os.Environ(), "GOMAXPROCS=2"), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if attached {
 		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
@@ -221,4 +222,59 @@ func StopRecords(recs []ProcessRecord, grace time.Duration) {
 		}()
 	}
 	wg.Wait()
+}
+
+// Cluster is the cluster a process serves (the part of its name after "/", e.g. "member1"
+// for "kube-apiserver/member1"), or "" for etcd and the latency proxy, which serve them all.
+func (r ProcessRecord) Cluster() string {
+	_, c, _ := strings.Cut(r.Name, "/")
+	return c
+}
+
+// Memory is the resident memory of a process, from /proc/PID/status.
+type Memory struct {
+	// RSS is VmRSS: every resident page, including the pages of the program's file, which
+	// every process running the same binary shares.
+	RSS int64 `json:"rssBytes"`
+	// Anon is RssAnon: the resident memory of this process alone (heap, stacks).
+	Anon int64 `json:"rssAnonBytes"`
+}
+
+// ReadMemory reads the resident memory of the process of rec, or fails if it is not running.
+func ReadMemory(rec ProcessRecord) (Memory, error) {
+	if !Alive(rec) {
+		return Memory{}, fmt.Errorf("%s (pid %d) is not running", rec.Name, rec.PID)
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(rec.PID) + "/status")
+	if err != nil {
+		return Memory{}, err
+	}
+	var m Memory
+	found := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		name, v, _ := strings.Cut(line, ":")
+		var dst *int64
+		switch name {
+		case "VmRSS":
+			dst = &m.RSS
+		case "RssAnon":
+			dst = &m.Anon
+		default:
+			continue
+		}
+		f := strings.Fields(v) // "123456 kB"
+		if len(f) != 2 || f[1] != "kB" {
+			return Memory{}, fmt.Errorf("malformed line %q in /proc/%d/status", line, rec.PID)
+		}
+		kb, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return Memory{}, err
+		}
+		*dst = kb << 10
+		found++
+	}
+	if found != 2 {
+		return Memory{}, fmt.Errorf("no VmRSS or RssAnon in /proc/%d/status", rec.PID)
+	}
+	return m, nil
 }

@@ -1,7 +1,10 @@
 // Package testbed runs a real local multi-cluster Kubernetes control plane: one etcd, a hub
 // kube-apiserver and N member kube-apiservers isolated by etcd prefix, and optionally, per
-// cluster, kube-controller-manager, kube-scheduler and kwok with one fake Node so that
-// workloads (Deployments, StatefulSets) become available and garbage collection is real.
+// cluster, kube-controller-manager, kube-scheduler and kwok with several fake Nodes that carry
+// the labels of real ones (os, arch, zone, region, instance type), so that workloads
+// (Deployments, StatefulSets, charts with node selectors, anti-affinity and topology spread)
+// become available and garbage collection is real. Members can be made to look remote: their
+// API servers are then reached through a proxy that delays every byte.
 //
 // Every process is started in its own process group and recorded in a state file, so Stop (or
 // `rewind testbed down` from another process) stops exactly what was started, by id.
@@ -37,9 +40,23 @@ const StateFileName = "state.json"
 type Options struct {
 	// Members is the number of member clusters (named member1..memberN).
 	Members int
-	// Workloads runs kube-controller-manager, kube-scheduler and kwok with one fake Node in
+	// Workloads runs kube-controller-manager, kube-scheduler and kwok with Nodes fake Nodes in
 	// every cluster, so Deployments become Available and the garbage collector runs.
 	Workloads bool
+	// Nodes is the number of fake nodes in each cluster with workloads; 0 means DefaultNodes
+	// (3). Node i is named kwok-node-<i> and sits in zone a, b or c (i mod 3) of its
+	// cluster's region.
+	Nodes int
+	// MemberLatency, when positive, makes the members look remote: each member's API server is
+	// reached (Server, Kubeconfig, RESTConfig) through a TCP proxy that delays every chunk of
+	// bytes by MemberLatency in each direction, so a request takes at least one round trip of
+	// twice that. The member's own controllers, scheduler and kwok talk to it directly.
+	MemberLatency time.Duration
+	// ProxyCommand runs the latency proxy of a Detached testbed in its own process, so that it
+	// outlives Start's caller: the program and its leading arguments, to which ProxyArgs are
+	// appended (the CLI passes its own executable and "testbed", "proxy"). An attached testbed
+	// runs the proxy in process and ignores it.
+	ProxyCommand []string
 	// HubWorkloads runs them in the hub too (default: members only).
 	HubWorkloads bool
 	// BinDir holds the binaries; empty means FindBinaries().
@@ -67,14 +84,21 @@ type Cluster struct {
 	Kubeconfig string `json:"kubeconfig"`
 	// Workloads says whether controllers, a scheduler and kwok run for this cluster.
 	Workloads bool `json:"workloads"`
+	// DirectServer is the API server's own URL when Server is a latency proxy in front of it.
+	DirectServer string `json:"directServer,omitempty"`
 
-	tb      *Testbed
-	port    int
-	apiArgs []string
-	mu      sync.Mutex
-	api     *process
-	helpers []*process
-	restCfg *rest.Config
+	tb    *Testbed
+	index int // 0 for the hub, i for memberi
+	port  int
+	// proxyPort is the port of the latency proxy in front of the API server, or 0.
+	proxyPort int
+	// localKubeconfig is the kubeconfig the cluster's own components use (direct).
+	localKubeconfig string
+	apiArgs         []string
+	mu              sync.Mutex
+	api             *process
+	helpers         []*process
+	restCfg         *rest.Config
 }
 
 // State is the content of the state file.
@@ -103,6 +127,7 @@ type Testbed struct {
 	ownsDir bool
 	etcd    *process
 	etcdURL string
+	proxy   *latencyProxy // the in-process latency proxy, if any
 	mu      sync.Mutex
 	procs   []*process
 	// ready is set once every cluster has started; before that the state file lists only the
@@ -121,6 +146,15 @@ func Start(ctx context.Context, opts Options) (_ *Testbed, err error) {
 	begin := time.Now()
 	if opts.Members < 0 {
 		return nil, fmt.Errorf("testbed: members must be >= 0, got %d", opts.Members)
+	}
+	if opts.Nodes < 0 {
+		return nil, fmt.Errorf("testbed: nodes must be >= 0, got %d", opts.Nodes)
+	}
+	if opts.MemberLatency < 0 {
+		return nil, fmt.Errorf("testbed: member latency must be >= 0, got %s", opts.MemberLatency)
+	}
+	if opts.MemberLatency > 0 && opts.Detached && len(opts.ProxyCommand) == 0 {
+		return nil, errors.New("testbed: a detached testbed with member latency needs Options.ProxyCommand to run its proxy")
 	}
 	if opts.Log == nil {
 		opts.Log = io.Discard
@@ -171,17 +205,33 @@ func Start(ctx context.Context, opts Options) (_ *Testbed, err error) {
 	for i := 1; i <= opts.Members; i++ {
 		names = append(names, "member"+strconv.Itoa(i))
 	}
-	ports, err := freePorts(len(names))
+	proxied := opts.MemberLatency > 0
+	nPorts := len(names)
+	if proxied {
+		nPorts += opts.Members
+	}
+	ports, err := freePorts(nPorts)
 	if err != nil {
 		return nil, err
 	}
 	for i, n := range names {
-		c := &Cluster{Name: n, tb: t, port: ports[i]}
+		c := &Cluster{Name: n, tb: t, index: i, port: ports[i]}
 		c.Workloads = opts.Workloads && (n != HubName || opts.HubWorkloads)
+		c.Server = "https://127.0.0.1:" + strconv.Itoa(c.port)
+		if proxied && i > 0 {
+			c.proxyPort = ports[len(names)+i-1]
+			c.DirectServer = c.Server
+			c.Server = "https://127.0.0.1:" + strconv.Itoa(c.proxyPort)
+		}
 		if i == 0 {
 			t.Hub = c
 		} else {
 			t.Members = append(t.Members, c)
+		}
+	}
+	if proxied {
+		if err = t.startProxy(ctx); err != nil {
+			return nil, err
 		}
 	}
 	fmt.Fprintf(opts.Log, "testbed: starting %d API servers (hub + %d members)\n", len(names), opts.Members)
@@ -335,6 +385,9 @@ func (t *Testbed) Stop() error {
 		if t.stopSig != nil {
 			signal.Stop(t.stopSig)
 		}
+		if t.proxy != nil {
+			t.proxy.Close()
+		}
 		t.mu.Lock()
 		procs := append([]*process(nil), t.procs...)
 		t.mu.Unlock()
@@ -382,7 +435,8 @@ func freePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-// RESTConfig returns a client configuration for the cluster (admin).
+// RESTConfig returns a client configuration for the cluster (admin), through the latency
+// proxy if the cluster has one.
 func (c *Cluster) RESTConfig() *rest.Config {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -398,13 +452,78 @@ func (c *Cluster) RESTConfig() *rest.Config {
 	return rest.CopyConfig(c.restCfg)
 }
 
+// directRESTConfig is RESTConfig without the latency proxy, for the testbed's own calls.
+func (c *Cluster) directRESTConfig() *rest.Config {
+	cfg := c.RESTConfig()
+	if c.DirectServer != "" {
+		cfg.Host = c.DirectServer
+	}
+	return cfg
+}
+
 // KubeconfigBytes returns the kubeconfig of the cluster.
 func (c *Cluster) KubeconfigBytes() ([]byte, error) {
 	return os.ReadFile(c.Kubeconfig)
 }
 
+// writeKubeconfig writes the cluster's kubeconfig and, when the cluster is behind the latency
+// proxy, the direct one its own components use.
 func (c *Cluster) writeKubeconfig() error {
 	cfg := clientcmdKubeconfig(c.Name, c.Server, c.tb.pki.ca.PEM, c.tb.pki.adminTok)
 	c.Kubeconfig = filepath.Join(c.tb.StateDir, c.Name+".kubeconfig")
-	return clientcmd.WriteToFile(*cfg, c.Kubeconfig)
+	if err := clientcmd.WriteToFile(*cfg, c.Kubeconfig); err != nil {
+		return err
+	}
+	c.localKubeconfig = c.Kubeconfig
+	if c.DirectServer == "" {
+		return nil
+	}
+	cfg = clientcmdKubeconfig(c.Name, c.DirectServer, c.tb.pki.ca.PEM, c.tb.pki.adminTok)
+	c.localKubeconfig = filepath.Join(c.tb.StateDir, "direct", c.Name+".kubeconfig")
+	return clientcmd.WriteToFile(*cfg, c.localKubeconfig)
+}
+
+// startProxy starts the latency proxy in front of every member's API server: in process, or
+// as a process of its own (in its own process group, recorded like the others) when the
+// testbed is detached.
+func (t *Testbed) startProxy(ctx context.Context) error {
+	var routes []ProxyRoute
+	for _, c := range t.Members {
+		routes = append(routes, ProxyRoute{
+			Listen: "127.0.0.1:" + strconv.Itoa(c.proxyPort),
+			Target: "127.0.0.1:" + strconv.Itoa(c.port),
+		})
+	}
+	if !t.opts.Detached {
+		t.proxy = newLatencyProxy(t.opts.MemberLatency)
+		for _, r := range routes {
+			l, err := net.Listen("tcp", r.Listen)
+			if err != nil {
+				return fmt.Errorf("testbed: latency proxy: %w", err)
+			}
+			t.proxy.Serve(l, r.Target)
+		}
+		return nil
+	}
+	args := append(append([]string(nil), t.opts.ProxyCommand[1:]...), ProxyArgs(t.opts.MemberLatency, routes)...)
+	logPath := filepath.Join(t.StateDir, "logs", "latency-proxy.log")
+	p, err := startProcess("latency-proxy", t.opts.ProxyCommand[0], args, logPath, false)
+	if err != nil {
+		return err
+	}
+	t.track(p)
+	err = pollUntil(ctx, readyTimeout, p, func() bool {
+		for _, r := range routes {
+			conn, err := net.DialTimeout("tcp", r.Listen, time.Second)
+			if err != nil {
+				return false
+			}
+			conn.Close()
+		}
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("testbed: the latency proxy did not start (log: %s): %w", logPath, err)
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ package testbed_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -24,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
 	"github.com/rewind-dev/rewind/internal/testbed"
@@ -297,7 +299,8 @@ func TestSIGINTStopsEverything(t *testing.T) {
 func TestCLIUpDownLeavesNoProcess(t *testing.T) {
 	rewind := buildRewind(t)
 	dir := filepath.Join(t.TempDir(), "state")
-	up := exec.Command(rewind, "testbed", "up", "--members", "3", "--state-dir", dir, "--bin-dir", binDir(t))
+	const latency = 25 * time.Millisecond
+	up := exec.Command(rewind, "testbed", "up", "--members", "3", "--member-latency", latency.String(), "--state-dir", dir, "--bin-dir", binDir(t))
 	out, err := up.CombinedOutput()
 	t.Cleanup(func() { _, _ = testbed.StopState(dir) })
 	if err != nil {
@@ -308,21 +311,65 @@ func TestCLIUpDownLeavesNoProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// etcd, 4 API servers, 3 helpers for each of 3 members.
-	if len(st.Processes) != 14 || len(st.Clusters) != 4 {
-		t.Fatalf("want 14 processes and 4 clusters, got %d and %d", len(st.Processes), len(st.Clusters))
+	// etcd, 4 API servers, 3 helpers for each of 3 members, and the latency proxy.
+	if len(st.Processes) != 15 || len(st.Clusters) != 4 {
+		t.Fatalf("want 15 processes and 4 clusters, got %d and %d", len(st.Processes), len(st.Clusters))
 	}
 	for _, r := range st.Processes {
 		if !testbed.Alive(r) {
 			t.Fatalf("%s (pid %d) is not running after up", r.Name, r.PID)
 		}
 	}
+	// The proxy outlives `up`: the members' kubeconfigs reach them with the latency.
+	cfg, err := clientcmd.BuildConfigFromFlags("", st.Clusters[1].Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := fastestVersionGET(t, cfg); d < 2*latency {
+		t.Errorf("GET /version through %s took %s, want >= %s", st.Clusters[1].Kubeconfig, d, 2*latency)
+	}
 	statusOut, err := exec.Command(rewind, "testbed", "status", "--state-dir", dir).CombinedOutput()
 	if err != nil {
 		t.Fatalf("rewind testbed status: %v\n%s", err, statusOut)
 	}
+	t.Logf("rewind testbed status:\n%s", statusOut)
 	if got := strings.Count(string(statusOut), " yes "); got != 4 {
 		t.Errorf("status should show 4 ready clusters, got %d:\n%s", got, statusOut)
+	}
+	jsonOut, err := exec.Command(rewind, "testbed", "status", "--state-dir", dir, "-o", "json").Output()
+	if err != nil {
+		t.Fatalf("rewind testbed status -o json: %v\n%s", err, jsonOut)
+	}
+	var status struct {
+		Clusters []struct {
+			Name string `json:"name"`
+			testbed.Memory
+		} `json:"clusters"`
+		Processes []struct {
+			Name string `json:"name"`
+			testbed.Memory
+		} `json:"processes"`
+		Total testbed.Memory `json:"total"`
+	}
+	if err := json.Unmarshal(jsonOut, &status); err != nil {
+		t.Fatalf("status -o json: %v\n%s", err, jsonOut)
+	}
+	var sum testbed.Memory
+	for _, p := range status.Processes {
+		if p.RSS <= 0 || p.Anon <= 0 || p.Anon > p.RSS {
+			t.Errorf("process %s memory: %+v", p.Name, p.Memory)
+		}
+		sum.RSS += p.RSS
+		sum.Anon += p.Anon
+	}
+	for _, c := range status.Clusters {
+		// Every cluster runs at least an API server, which holds tens of MiB.
+		if c.RSS < 16<<20 || c.Anon < 16<<20 {
+			t.Errorf("cluster %s memory: %+v", c.Name, c.Memory)
+		}
+	}
+	if status.Total != sum {
+		t.Errorf("total memory %+v is not the sum of the processes' %+v", status.Total, sum)
 	}
 	downOut, err := exec.Command(rewind, "testbed", "down", "--state-dir", dir).CombinedOutput()
 	if err != nil {

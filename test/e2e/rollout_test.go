@@ -662,27 +662,41 @@ func TestApprovalPauseAndResume(t *testing.T) {
 	}
 }
 
-// markNode labels member2's node so mysql-b-picky's operator never schedules there, until
-// unmark is called or the test ends.
+// markNode labels every node of member2 so mysql-b-picky's operator cannot be scheduled on
+// that member, until unmark is called or the test ends.
 func markNode(t *testing.T) (unmark func()) {
 	t.Helper()
-	node := &corev1.Node{}
 	m2 := memberClient(t, env.Members[1])
-	if err := m2.Get(t.Context(), client.ObjectKey{Name: "kwok-node-0"}, node); err != nil {
+	var nodes corev1.NodeList
+	if err := m2.List(t.Context(), &nodes); err != nil {
 		t.Fatal(err)
 	}
-	node.Labels["rewind.dev/broken"] = "true"
-	if err := m2.Update(t.Context(), node); err != nil {
-		t.Fatal(err)
+	if len(nodes.Items) == 0 {
+		t.Fatal("member2 has no node to mark")
+	}
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		orig := n.DeepCopy()
+		n.Labels["rewind.dev/broken"] = "true"
+		// A merge patch carries no resourceVersion: kwok's heartbeats cannot make it conflict.
+		if err := m2.Patch(t.Context(), n, client.MergeFrom(orig)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var once sync.Once
 	unmark = func() {
 		once.Do(func() {
-			n := &corev1.Node{}
-			if err := m2.Get(context.Background(), client.ObjectKey{Name: "kwok-node-0"}, n); err == nil {
+			var nodes corev1.NodeList
+			if err := m2.List(context.Background(), &nodes); err != nil {
+				t.Errorf("unmarking member2's nodes: %v", err)
+				return
+			}
+			for i := range nodes.Items {
+				n := &nodes.Items[i]
+				orig := n.DeepCopy()
 				delete(n.Labels, "rewind.dev/broken")
-				if err := m2.Update(context.Background(), n); err != nil {
-					t.Errorf("unmarking member2's node: %v", err)
+				if err := m2.Patch(context.Background(), n, client.MergeFrom(orig)); err != nil {
+					t.Errorf("unmarking member2's node %s: %v", n.Name, err)
 				}
 			}
 		})
