@@ -66,6 +66,10 @@ demo: testbed-bins build ## The end-to-end story on a local hub + 3 members: wav
 clean: ## Remove built binaries (not the testbed binary cache).
 	rm -rf $(BIN_DIR)
 
+.PHONY: bench-fleet
+bench-fleet: testbed-bins ## The fleet benchmark: 20 members at 50 ms round trip, a canary and a fleet wave, RollbackAll, controller RSS, hub requests (about 20 minutes; REWIND_FLEET_MEMBERS=N to change the size). Writes bench/results-fleet.txt.
+	$(GO) test ./bench/fleet/ -run '^$$' -bench . -benchtime 1x -timeout 90m | tee bench/results-fleet.txt
+
 .PHONY: bench
 bench: testbed-bins ## Run the benchmarks on the real testbed; each prints its figure next to a baseline from the same run.
 	$(GO) test ./bench/ -run '^$$' -bench . -benchtime 1x -timeout 60m

@@ -208,9 +208,13 @@ func TestGitOpsToolNeverFightsAnAutomaticRollback(t *testing.T) {
 
 	// A person asks for a retry: the release is attempted once more (and fails again).
 	rewind(t, f.ns, "retry", f.name)
-	ro = f.waitPhase("mysql-a", v1alpha1.RolloutRolledBack, 3*time.Minute)
-	if ro.Status.Revision != revision+2 {
-		t.Errorf("a retry must run the release once more, then roll back: revision %d -> %d", revision, ro.Status.Revision)
+	err = wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		ro = f.rollout()
+		return ro.Status.Revision >= revision+2 && ro.Status.Phase == v1alpha1.RolloutRolledBack, nil
+	})
+	if err != nil || ro.Status.Revision != revision+2 || ro.Status.FailedRelease != "mysql-bad" {
+		t.Errorf("a retry must run the release once more, then roll it back again: revision %d -> %d, phase %s, failed %s",
+			revision, ro.Status.Revision, ro.Status.Phase, ro.Status.FailedRelease)
 	}
 	// Git goes back to mysql-a: the rollout is Ready again.
 	g.set("mysql-a")

@@ -401,8 +401,6 @@ func TestEveryKind(t *testing.T) {
 		switch u.GetKind() {
 		case "ConfigMap":
 			_ = unstructured.SetNestedField(u.Object, "debug", "data", "level")
-		case "IngressClass":
-			_ = unstructured.SetNestedField(u.Object, "example.com/other-ingress", "spec", "controller") // immutable
 		case "PodDisruptionBudget":
 			_ = unstructured.SetNestedField(u.Object, "50%", "spec", "minAvailable")
 		case "ServiceMonitor":
@@ -424,6 +422,21 @@ func TestEveryKind(t *testing.T) {
 	}
 	if err := cl.Dynamic.Resource(gizmoGVR).Namespace(ns).Delete(ctx, "default", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
+	}
+	// Someone recreated the IngressClass for another controller: spec.controller is immutable,
+	// so the restore must recreate it too.
+	icGVR := schemaGVR("networking.k8s.io", "v1", "ingressclasses")
+	if err := cl.Dynamic.Resource(icGVR).Delete(ctx, "gizmo", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	other := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "networking.k8s.io/v1", "kind": "IngressClass",
+		"metadata": map[string]any{"name": "gizmo"}, "spec": map[string]any{"controller": "example.com/other-ingress"}}}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := cl.Dynamic.Resource(icGVR).Create(ctx, other, metav1.CreateOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatal("recreating the IngressClass for another controller")
 	}
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		_, err := cl.Dynamic.Resource(cmGVR).Namespace(ns).Get(ctx, "default-gizmo-state", metav1.GetOptions{})

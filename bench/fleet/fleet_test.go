@@ -1,0 +1,504 @@
+//go:build !unit
+
+// Package fleet benchmarks rewind on a fleet: N members (default 20) reached through a proxy
+// that adds 25 ms each way (50 ms round trip, like remote regions), each with 200 MySQLClusters
+// and their children, the controller running as its own process. It measures, each figure
+// beside its baseline from the same run:
+//
+//	(a) an upgrade wave of N-1 clusters at maxConcurrency N-1 against the canary wave of 1;
+//	(b) a RollbackAll of every cluster against the rollback of one;
+//	(c) the controller's peak RSS during (a) and (b);
+//	(d) hub API requests per cluster per rollout, and the Rollout's status size, at N clusters
+//	    and extrapolated to 1,000.
+//
+// Run it with `make bench-fleet`.
+package fleet
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/controller"
+	"github.com/rewind-dev/rewind/internal/release"
+	"github.com/rewind-dev/rewind/internal/testbed"
+	"github.com/rewind-dev/rewind/internal/testbed/testenv"
+	"github.com/rewind-dev/rewind/internal/testfixture"
+)
+
+var env *testbed.Testbed
+
+// members is the fleet's size (REWIND_FLEET_MEMBERS, default 20).
+var members = func() int {
+	if n, err := strconv.Atoi(os.Getenv("REWIND_FLEET_MEMBERS")); err == nil && n >= 2 {
+		return n
+	}
+	return 20
+}()
+
+const (
+	latency      = 25 * time.Millisecond
+	crsPerMember = 200
+	commit       = "0123456789abcdef0123456789abcdef01234567"
+)
+
+func TestMain(m *testing.M) {
+	testenv.Main(m, testbed.Options{Members: members, Workloads: true, Nodes: 1, MemberLatency: latency}, &env)
+}
+
+func image(version string) string {
+	sum := sha256.Sum256([]byte(version))
+	return "example.com/mysql-operator@sha256:" + hex.EncodeToString(sum[:])
+}
+
+// makeRelease creates a release of the MySQLCluster CRD and an operator Deployment; avoid
+// makes the Deployment unschedulable on nodes labelled rewind.dev/broken=true.
+func makeRelease(b *testing.B, hub client.Client, ns, name, version string, avoid bool) {
+	b.Helper()
+	dir := b.TempDir()
+	affinity := ""
+	if avoid {
+		affinity = "      affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: rewind.dev/broken, operator: NotIn, values: [\"true\"]}]}]}}}\n"
+	}
+	dep := fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: mysql-operator, labels: {app: mysql-operator, version: "%s"}}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: mysql-operator}}
+  template:
+    metadata: {labels: {app: mysql-operator}}
+    spec:
+%s      containers: [{name: manager, image: "%s"}]
+`, version, affinity, image(version))
+	if err := os.WriteFile(filepath.Join(dir, "crd.yaml"), []byte(testfixture.MySQLCRDYAML), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "deploy.yaml"), []byte(dep), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	objs, err := release.RenderManifests(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	canonical, err := release.Canonical(objs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rel := &v1alpha1.OperatorRelease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: v1alpha1.OperatorReleaseSpec{
+		Operator: "mysql-operator", Version: version, GitCommit: commit, Image: image(version),
+		Source: v1alpha1.SourceManifests, Digest: release.Digest(canonical)}}
+	if _, err := release.Create(context.Background(), hub, rel, canonical); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// controllerProcess is rewind's controller running as its own process.
+type controllerProcess struct {
+	cmd     *exec.Cmd
+	metrics string // URL of /metrics
+	mu      sync.Mutex
+	peakRSS int64
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+func freePort(b *testing.B) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// startController builds and starts `rewind controller` against the hub and samples its RSS.
+func startController(b *testing.B) *controllerProcess {
+	b.Helper()
+	bin := filepath.Join(b.TempDir(), "rewind")
+	build := exec.Command("go", "build", "-o", bin, "github.com/rewind-dev/rewind/cmd/rewind")
+	if out, err := build.CombinedOutput(); err != nil {
+		b.Fatalf("building rewind: %v\n%s", err, out)
+	}
+	port := freePort(b)
+	p := &controllerProcess{metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", port), stop: make(chan struct{}), done: make(chan struct{})}
+	p.cmd = exec.Command(bin, "controller", "--kubeconfig", env.Hub.Kubeconfig,
+		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", port), "--health-probe-bind-address", "0",
+		"--target-workers", "32", "--gate-poll", "500ms", "--metrics-secure=false")
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	logFile, err := os.Create(filepath.Join(env.StateDir, "controller.log"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
+	if err := p.cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	go func() {
+		defer close(p.done)
+		t := time.NewTicker(200 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if rss := rssOf(p.cmd.Process.Pid); rss > 0 {
+				p.mu.Lock()
+				p.peakRSS = max(p.peakRSS, rss)
+				p.mu.Unlock()
+			}
+			select {
+			case <-p.stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	b.Cleanup(func() {
+		close(p.stop)
+		<-p.done
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		_ = p.cmd.Wait()
+		logFile.Close()
+	})
+	err = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		resp, err := http.Get(p.metrics)
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		b.Fatalf("the controller's metrics endpoint did not come up (log: %s)", logFile.Name())
+	}
+	return p
+}
+
+func rssOf(pid int) int64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+func (p *controllerProcess) resetPeak() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	peak := p.peakRSS
+	p.peakRSS = 0
+	return peak
+}
+
+// hubRequests reads the controller's client-go request counter for the hub.
+func (p *controllerProcess) hubRequests(b *testing.B) float64 {
+	b.Helper()
+	resp, err := http.Get(p.metrics)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	hubHost := strings.TrimPrefix(env.Hub.Server, "https://")
+	sum := 0.0
+	for _, line := range strings.Split(string(data), "\n") {
+		if !strings.HasPrefix(line, "rest_client_requests_total{") || !strings.Contains(line, `host="`+hubHost+`"`) {
+			continue
+		}
+		fields := strings.Fields(line)
+		v, _ := strconv.ParseFloat(fields[len(fields)-1], 64)
+		sum += v
+	}
+	return sum
+}
+
+// watcher polls a rollout's targets and records, by the local clock, when each was first seen
+// changing and when it was first seen finished.
+type watcher struct {
+	hub               client.Client
+	ns, rollout       string
+	started, finished map[string]time.Time
+	phases            []string // rollout phases in order
+	phaseAt           map[string]time.Time
+}
+
+func watch(ctx context.Context, hub client.Client, ns, rollout string) *watcher {
+	return &watcher{hub: hub, ns: ns, rollout: rollout, started: map[string]time.Time{}, finished: map[string]time.Time{}, phaseAt: map[string]time.Time{}}
+}
+
+// until polls every 100 ms until done says so.
+func (w *watcher) until(b *testing.B, timeout time.Duration, release string, done func(*v1alpha1.Rollout) bool) *v1alpha1.Rollout {
+	b.Helper()
+	ro := &v1alpha1.Rollout{}
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		now := time.Now()
+		if err := w.hub.Get(ctx, client.ObjectKey{Namespace: w.ns, Name: w.rollout}, ro); err != nil {
+			return false, nil
+		}
+		if ro.Status.Phase != "" && len(w.phases) == 0 || len(w.phases) > 0 && w.phases[len(w.phases)-1] != ro.Status.Phase {
+			w.phases = append(w.phases, ro.Status.Phase)
+			if _, ok := w.phaseAt[ro.Status.Phase]; !ok {
+				w.phaseAt[ro.Status.Phase] = now
+			}
+		}
+		var list v1alpha1.RolloutTargetList
+		if err := w.hub.List(ctx, &list, client.InNamespace(w.ns), client.MatchingLabels{v1alpha1.LabelRollout: w.rollout}); err != nil {
+			return false, nil
+		}
+		for _, t := range list.Items {
+			if t.Spec.ToRelease != release || t.Status.Revision != t.Spec.Revision {
+				continue
+			}
+			key := t.Spec.Cluster + "/" + t.Spec.Path
+			switch t.Status.Phase {
+			case v1alpha1.ClusterUpgrading, v1alpha1.ClusterRollingBack:
+				if _, ok := w.started[key]; !ok {
+					w.started[key] = now
+				}
+			case v1alpha1.ClusterSucceeded, v1alpha1.ClusterRolledBack, v1alpha1.ClusterFailed:
+				if _, ok := w.started[key]; !ok {
+					w.started[key] = now
+				}
+				if _, ok := w.finished[key]; !ok {
+					w.finished[key] = now
+				}
+			}
+		}
+		return done(ro), nil
+	})
+	if err != nil {
+		b.Fatalf("rollout %s: %v (phase %s, targets %+v, failures %+v)", w.rollout, err, ro.Status.Phase, ro.Status.Targets, ro.Status.Failures)
+	}
+	return ro
+}
+
+// span is the wall time from the first start to the last finish among clusters.
+func (w *watcher) span(clusters []string, path string) time.Duration {
+	var first, last time.Time
+	for _, c := range clusters {
+		s, f := w.started[c+"/"+path], w.finished[c+"/"+path]
+		if s.IsZero() || f.IsZero() {
+			return -1
+		}
+		if first.IsZero() || s.Before(first) {
+			first = s
+		}
+		if f.After(last) {
+			last = f
+		}
+	}
+	return last.Sub(first)
+}
+
+func phaseIs(release, phase string) func(*v1alpha1.Rollout) bool {
+	return func(ro *v1alpha1.Rollout) bool {
+		return ro.Status.CurrentRelease == release && ro.Status.Phase == phase
+	}
+}
+
+func machine() string {
+	model := "unknown CPU"
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(data), "\n") {
+			if v, ok := strings.CutPrefix(l, "model name"); ok {
+				model = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+	}
+	mem := ""
+	if data, err := os.ReadFile("/proc/meminfo"); err == nil {
+		mem = strings.Fields(strings.SplitN(string(data), "\n", 2)[0])[1] + " kB"
+	}
+	return fmt.Sprintf("%s, %d cores, %s memory, %s/%s, %s", model, runtime.NumCPU(), mem, runtime.GOOS, runtime.GOARCH, runtime.Version())
+}
+
+// markNodes labels every node of a member so the picky release cannot run there.
+func markNodes(b *testing.B, m *testbed.Cluster) {
+	b.Helper()
+	c := testenv.Member(b, m).Client
+	var nodes corev1.NodeList
+	if err := c.List(context.Background(), &nodes); err != nil {
+		b.Fatal(err)
+	}
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		orig := n.DeepCopy()
+		n.Labels["rewind.dev/broken"] = "true"
+		if err := c.Patch(context.Background(), n, client.MergeFrom(orig)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkFleet(b *testing.B) {
+	ctx := context.Background()
+	fmt.Printf("machine: %s\n", machine())
+	fmt.Printf("fleet: %d members behind a %s-each-way proxy (%s round trip), %d MySQLClusters each with 4 owned objects, controller as its own process (32 target workers)\n",
+		members, latency, 2*latency, crsPerMember)
+	hub := testenv.HubClient(b, env.Hub.RESTConfig())
+	ns := "fleet"
+	if err := hub.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		b.Fatal(err)
+	}
+	var names []string
+	for _, m := range env.Members {
+		kc, err := m.KubeconfigBytes()
+		if err != nil {
+			b.Fatal(err)
+		}
+		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: m.Name + "-kubeconfig", Namespace: "rewind-system",
+			Labels: map[string]string{controller.LabelMemberKubeconfig: "true"}}, Data: map[string][]byte{"kubeconfig": kc}}
+		if err := hub.Create(ctx, sec); err != nil {
+			b.Fatal(err)
+		}
+		mc := &v1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: m.Name},
+			Spec: v1alpha1.MemberClusterSpec{KubeconfigSecretRef: v1alpha1.SecretKeyRef{Namespace: "rewind-system", Name: sec.Name, Key: "kubeconfig"}}}
+		if err := hub.Create(ctx, mc); err != nil {
+			b.Fatal(err)
+		}
+		names = append(names, m.Name)
+	}
+	makeRelease(b, hub, ns, "mysql-a", "1.0.0", false)
+	makeRelease(b, hub, ns, "mysql-b", "2.0.0", false)
+	makeRelease(b, hub, ns, "mysql-picky", "2.0.2", true)
+
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(env.Members))
+	for _, m := range env.Members {
+		wg.Go(func() {
+			if err := testfixture.Populate(ctx, m.RESTConfig(), testfixture.Options{Namespaces: []string{"crs"}, Count: crsPerMember, Children: true, Parallelism: 8}); err != nil {
+				errs <- fmt.Errorf("%s: %w", m.Name, err)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	fmt.Printf("setup: %d members populated in %s\n", members, time.Since(start).Round(time.Second))
+
+	p := startController(b)
+	gates := v1alpha1.HealthGates{Timeout: &metav1.Duration{Duration: 30 * time.Second}}
+
+	// Baseline for (b): one cluster's rollback, by the same controller, under the same load.
+	solo := &v1alpha1.Rollout{ObjectMeta: metav1.ObjectMeta{Name: "solo", Namespace: ns}, Spec: v1alpha1.RolloutSpec{
+		Operator: "mysql-operator", Release: "mysql-a", InstallNamespace: "mysql-system", HealthGates: gates,
+		Waves: []v1alpha1.Wave{{Name: "only", Clusters: []string{names[0]}, MaxConcurrency: 1}}}}
+	if err := hub.Create(ctx, solo); err != nil {
+		b.Fatal(err)
+	}
+	w := watch(ctx, hub, ns, "solo")
+	w.until(b, 5*time.Minute, "mysql-a", phaseIs("mysql-a", v1alpha1.RolloutSucceeded))
+	setRelease(b, hub, ns, "solo", "mysql-b")
+	w.until(b, 5*time.Minute, "mysql-b", phaseIs("mysql-b", v1alpha1.RolloutSucceeded))
+	setRelease(b, hub, ns, "solo", "mysql-a")
+	w.until(b, 5*time.Minute, "mysql-a", phaseIs("mysql-a", v1alpha1.RolloutRolledBack))
+	oneRestore := w.span(names[:1], v1alpha1.PathRestore)
+	oneRollback := w.phaseAt[v1alpha1.RolloutRolledBack].Sub(w.phaseAt[v1alpha1.RolloutRollingBack])
+	if err := hub.Delete(ctx, solo); err != nil {
+		b.Fatal(err)
+	}
+
+	// The fleet: canary = 1 cluster, fleet = the others at once.
+	ro := &v1alpha1.Rollout{ObjectMeta: metav1.ObjectMeta{Name: "fleet", Namespace: ns}, Spec: v1alpha1.RolloutSpec{
+		Operator: "mysql-operator", Release: "mysql-a", InstallNamespace: "mysql-system", HealthGates: gates,
+		Waves: []v1alpha1.Wave{
+			{Name: "canary", Clusters: names[:1], MaxConcurrency: 1},
+			{Name: "fleet", Clusters: names[1:], MaxConcurrency: int32(len(names) - 1)},
+		}}}
+	if err := hub.Create(ctx, ro); err != nil {
+		b.Fatal(err)
+	}
+	w = watch(ctx, hub, ns, "fleet")
+	w.until(b, 10*time.Minute, "mysql-a", phaseIs("mysql-a", v1alpha1.RolloutSucceeded))
+	install := w.span(names[1:], v1alpha1.PathUpgrade)
+
+	// (a) The upgrade: the canary wave, then the fleet wave.
+	p.resetPeak()
+	reqBefore := p.hubRequests(b)
+	setRelease(b, hub, ns, "fleet", "mysql-b")
+	w = watch(ctx, hub, ns, "fleet")
+	upgraded := w.until(b, 10*time.Minute, "mysql-b", phaseIs("mysql-b", v1alpha1.RolloutSucceeded))
+	reqUpgrade := p.hubRequests(b) - reqBefore
+	canary := w.span(names[:1], v1alpha1.PathUpgrade)
+	wave := w.span(names[1:], v1alpha1.PathUpgrade)
+	statusUpgrade, _ := json.Marshal(upgraded.Status)
+	rssA := p.resetPeak()
+
+	// (b) A release that fails on the last member only (its nodes are marked): the canary and
+	// the others pass, the last fails its gate, and RollbackAll restores every cluster.
+	markNodes(b, env.Members[len(env.Members)-1])
+	reqBefore = p.hubRequests(b)
+	setRelease(b, hub, ns, "fleet", "mysql-picky")
+	w = watch(ctx, hub, ns, "fleet")
+	w.until(b, 10*time.Minute, "mysql-picky", func(ro *v1alpha1.Rollout) bool { return ro.Status.Phase == v1alpha1.RolloutRollingBack })
+	rolledBack := w.until(b, 10*time.Minute, "mysql-b", phaseIs("mysql-b", v1alpha1.RolloutRolledBack))
+	reqRollback := p.hubRequests(b) - reqBefore
+	all := w.span(names, v1alpha1.PathRestore)
+	fromGate := w.phaseAt[v1alpha1.RolloutRolledBack].Sub(w.phaseAt[v1alpha1.RolloutRollingBack])
+	statusRollback, _ := json.Marshal(rolledBack.Status)
+	rssB := p.resetPeak()
+
+	n := float64(members)
+	perClusterUp, perClusterBack := reqUpgrade/n, reqRollback/n
+	fmt.Printf("\n(a) upgrade wave of %d clusters at maxConcurrency %d: %s; canary wave of 1 cluster: %s; ratio %.2f (target <= 1.5)\n",
+		members-1, members-1, wave.Round(10*time.Millisecond), canary.Round(10*time.Millisecond), wave.Seconds()/canary.Seconds())
+	fmt.Printf("    (first install of the %d clusters of the fleet wave: %s)\n", members-1, install.Round(10*time.Millisecond))
+	fmt.Printf("(b) RollbackAll of %d clusters: %s from the failed gate to all restored and healthy (the restores alone: %s); one cluster's rollback, measured the same way: %s (its restore alone: %s); ratio %.2f (target <= 2)\n",
+		members, fromGate.Round(10*time.Millisecond), all.Round(10*time.Millisecond), oneRollback.Round(10*time.Millisecond), oneRestore.Round(10*time.Millisecond), fromGate.Seconds()/oneRollback.Seconds())
+	fmt.Printf("(c) controller peak RSS: %.0f MiB during (a), %.0f MiB during (b) (target <= 200 MiB)\n", float64(rssA)/(1<<20), float64(rssB)/(1<<20))
+	fmt.Printf("(d) hub API requests by the controller: %.0f per cluster for the upgrade, %.0f per cluster for the failed release and its rollback\n", perClusterUp, perClusterBack)
+	fmt.Printf("    extrapolated to 1,000 clusters (linear: requests = per-cluster x clusters): %.0f and %.0f\n", perClusterUp*1000, perClusterBack*1000)
+	fmt.Printf("    Rollout status: %d bytes after the upgrade, %d after the rollback, at %d clusters; at 1,000 clusters the status holds the same fields\n",
+		len(statusUpgrade), len(statusRollback), members)
+	fmt.Printf("    (counts per phase, at most 10 failures of <= 512 bytes, at most 20 revisions of <= 1 KiB reasons): bounded by about 10 x 0.6 KiB + 20 x 1.2 KiB + 4 conditions x 4 KiB ~ 46 KiB, whatever the fleet\n")
+	b.ReportMetric(wave.Seconds()/canary.Seconds(), "wave/canary")
+	b.ReportMetric(fromGate.Seconds()/oneRollback.Seconds(), "rollback/one")
+	b.ReportMetric(float64(max(rssA, rssB))/(1<<20), "MiB-RSS")
+}
+
+func setRelease(b *testing.B, hub client.Client, ns, name, rel string) {
+	b.Helper()
+	ro := &v1alpha1.Rollout{}
+	if err := hub.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, ro); err != nil {
+		b.Fatal(err)
+	}
+	ro.Spec.Release = rel
+	if err := hub.Update(context.Background(), ro); err != nil {
+		b.Fatal(err)
+	}
+}
