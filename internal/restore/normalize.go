@@ -22,6 +22,14 @@ var builtinGroups = map[string]bool{
 var serverAnnotations = []string{
 	"kubectl.kubernetes.io/last-applied-configuration",
 	"deployment.kubernetes.io/revision",
+	// The API server counts a DaemonSet's template changes here itself.
+	"deprecated.daemonset.template.generation",
+	// The PV controller and provisioners record a claim's binding and provisioner.
+	"pv.kubernetes.io/bind-completed",
+	"pv.kubernetes.io/bound-by-controller",
+	"volume.kubernetes.io/storage-provisioner",
+	"volume.beta.kubernetes.io/storage-provisioner",
+	"volume.kubernetes.io/selected-node",
 }
 
 // IsBuiltin says whether a kind is built into Kubernetes (its status is server-managed).

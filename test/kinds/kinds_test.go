@@ -490,7 +490,13 @@ func TestEveryKind(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !again.NoOp {
-		t.Fatalf("a second restore must write nothing: %+v", again.Totals())
+		var written []string
+		for k, r := range again.Kinds {
+			if r.Restored+r.Created+r.Recreated+r.Pruned > 0 {
+				written = append(written, fmt.Sprintf("%s %+v", k, *r))
+			}
+		}
+		t.Fatalf("a second restore must write nothing: %+v (%v)", again.Totals(), written)
 	}
 }
 
