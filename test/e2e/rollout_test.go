@@ -26,7 +26,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/dynamic"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -377,26 +376,15 @@ func (f *fleet) snapshotEntries(name string) []snapshot.Entry {
 func (f *fleet) assertEqualsSnapshot(m *testbed.Cluster, snap string) {
 	f.t.Helper()
 	entries := f.snapshotEntries(snap)
-	dyn, err := dynamic.NewForConfig(m.RESTConfig())
-	if err != nil {
-		f.t.Fatal(err)
-	}
+	cl := testenv.Member(f.t, m)
 	crs := 0
 	for _, e := range entries {
 		gvk := e.Object.GroupVersionKind()
-		var gvr = map[string]struct{ g, v, r string }{
-			"CustomResourceDefinition": {"apiextensions.k8s.io", "v1", "customresourcedefinitions"},
-			"MySQLCluster":             {"database.example.com", gvk.Version, "mysqlclusters"},
-			"Deployment":               {"apps", "v1", "deployments"}, "StatefulSet": {"apps", "v1", "statefulsets"},
-			"Service": {"", "v1", "services"}, "ConfigMap": {"", "v1", "configmaps"}, "Secret": {"", "v1", "secrets"},
-		}[gvk.Kind]
-		ri := dyn.Resource(schemaGVR(gvr.g, gvr.v, gvr.r))
-		var live *unstructured.Unstructured
-		if e.Object.GetNamespace() != "" {
-			live, err = ri.Namespace(e.Object.GetNamespace()).Get(f.t.Context(), e.Object.GetName(), metav1.GetOptions{})
-		} else {
-			live, err = ri.Get(f.t.Context(), e.Object.GetName(), metav1.GetOptions{})
+		ri, _, err := cl.ResourceClient(cl.Dynamic, e.Object)
+		if err != nil {
+			f.t.Fatal(err)
 		}
+		live, err := ri.Get(f.t.Context(), e.Object.GetName(), metav1.GetOptions{})
 		if err != nil {
 			f.t.Errorf("%s: %s %s: %v", m.Name, gvk.Kind, e.Object.GetName(), err)
 			continue
