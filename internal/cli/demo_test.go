@@ -54,7 +54,7 @@ func TestDemoVerificationCatchesACorruptedRestore(t *testing.T) {
 		"MySQLCluster shop/orders-004 changed: spec.replicas: 2 -> 9",
 		"MySQLCluster shop/orders-011 is missing",
 		// The story itself: wave 2 failed its gate, everything was rolled back.
-		"rolled back to mysql-v2 automatically: cluster member",
+		"mysql-v3 failed and every changed cluster was rolled back to mysql-v2: cluster member",
 		"failed at HealthGate",
 		"rollout RolledBack   mysql-v3 -> mysql-v2",
 		"member1  Restore  RolledBack",

@@ -253,7 +253,7 @@ func TestCaptureStopsEveryListerWhenTheFirstKindFails(t *testing.T) {
 	t.Cleanup(func() {
 		// Delete them and wait until they are gone (so that -count can create them again).
 		// The broken one is mended first: its deletion lists its objects at its storage version.
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // a busy API server takes its time to finalize CRDs
 		defer cancel()
 		if _, err := apply.Objects(ctx, cl, []*unstructured.Unstructured{kindCRD("Abroken", false)}, apply.Options{}); err != nil {
 			t.Errorf("serving the storage version of the broken CRD: %v", err)

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/member"
 	"github.com/rewind-dev/rewind/internal/snapshot"
 	"github.com/rewind-dev/rewind/internal/snapshot/payload"
 	"github.com/rewind-dev/rewind/internal/testbed/testenv"
@@ -211,6 +212,7 @@ func TestTakeReportsTheFailureThatCameFirst(t *testing.T) {
 	c := hubClient(t)
 	ns := testenv.Namespace(t, env.Hub.RESTConfig())
 	errDiskFull := errors.New("no space left on the bucket")
+	// A kind the member does not serve (and no CRD of the release defines).
 	unknownKind := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "example.com/v1", "kind": "Gadget", "metadata": map[string]any{"name": "g"},
 	}}
@@ -235,7 +237,7 @@ func TestTakeReportsTheFailureThatCameFirst(t *testing.T) {
 		store:     &failingStore{readFirst: math.MaxInt64},
 		manifests: append(captureOpts().Manifests, unknownKind),
 		want: func(err error) bool {
-			return strings.Contains(err.Error(), "Gadget, which rewind does not know how to capture") && !errors.Is(err, errStoreRead)
+			return member.IsNotServed(err) && strings.Contains(err.Error(), "example.com/v1 Gadget") && !errors.Is(err, errStoreRead)
 		},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
