@@ -16,6 +16,7 @@ package fleet
 
 import (
 	"bufio"
+	"flag"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -65,6 +66,11 @@ const (
 )
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if f := flag.Lookup("test.bench"); f == nil || f.Value.String() == "" {
+		// No benchmark selected (e.g. `go test ./...`): no fleet needed.
+		os.Exit(m.Run())
+	}
 	testenv.Main(m, testbed.Options{Members: members, Workloads: true, Nodes: 1, MemberLatency: latency}, &env)
 }
 
