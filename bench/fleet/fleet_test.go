@@ -16,11 +16,9 @@ package fleet
 
 import (
 	"bufio"
-	"flag"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -43,7 +41,6 @@ import (
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/controller"
-	"github.com/rewind-dev/rewind/internal/release"
 	"github.com/rewind-dev/rewind/internal/testbed"
 	"github.com/rewind-dev/rewind/internal/testbed/testenv"
 	"github.com/rewind-dev/rewind/internal/testfixture"
@@ -74,49 +71,12 @@ func TestMain(m *testing.M) {
 	testenv.Main(m, testbed.Options{Members: members, Workloads: true, Nodes: 1, MemberLatency: latency}, &env)
 }
 
-func image(version string) string {
-	sum := sha256.Sum256([]byte(version))
-	return "example.com/mysql-operator@sha256:" + hex.EncodeToString(sum[:])
-}
+// avoidMarked makes the operator unschedulable on nodes labelled rewind.dev/broken=true.
+const avoidMarked = "      affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: rewind.dev/broken, operator: NotIn, values: [\"true\"]}]}]}}}\n"
 
-// makeRelease creates a release of the MySQLCluster CRD and an operator Deployment; avoid
-// makes the Deployment unschedulable on nodes labelled rewind.dev/broken=true.
-func makeRelease(b *testing.B, hub client.Client, ns, name, version string, avoid bool) {
+func makeRelease(b *testing.B, hub client.Client, ns, name, version, podSpec string) {
 	b.Helper()
-	dir := b.TempDir()
-	affinity := ""
-	if avoid {
-		affinity = "      affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: rewind.dev/broken, operator: NotIn, values: [\"true\"]}]}]}}}\n"
-	}
-	dep := fmt.Sprintf(`apiVersion: apps/v1
-kind: Deployment
-metadata: {name: mysql-operator, labels: {app: mysql-operator, version: "%s"}}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: mysql-operator}}
-  template:
-    metadata: {labels: {app: mysql-operator}}
-    spec:
-%s      containers: [{name: manager, image: "%s"}]
-`, version, affinity, image(version))
-	if err := os.WriteFile(filepath.Join(dir, "crd.yaml"), []byte(testfixture.MySQLCRDYAML), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "deploy.yaml"), []byte(dep), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	objs, err := release.RenderManifests(dir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	canonical, err := release.Canonical(objs)
-	if err != nil {
-		b.Fatal(err)
-	}
-	rel := &v1alpha1.OperatorRelease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: v1alpha1.OperatorReleaseSpec{
-		Operator: "mysql-operator", Version: version, GitCommit: commit, Image: image(version),
-		Source: v1alpha1.SourceManifests, Digest: release.Digest(canonical)}}
-	if _, err := release.Create(context.Background(), hub, rel, canonical); err != nil {
+	if err := testfixture.CreateRelease(context.Background(), hub, b.TempDir(), ns, name, version, podSpec); err != nil {
 		b.Fatal(err)
 	}
 }
@@ -396,9 +356,9 @@ func BenchmarkFleet(b *testing.B) {
 		}
 		names = append(names, m.Name)
 	}
-	makeRelease(b, hub, ns, "mysql-a", "1.0.0", false)
-	makeRelease(b, hub, ns, "mysql-b", "2.0.0", false)
-	makeRelease(b, hub, ns, "mysql-picky", "2.0.2", true)
+	makeRelease(b, hub, ns, "mysql-a", "1.0.0", "")
+	makeRelease(b, hub, ns, "mysql-b", "2.0.0", "")
+	makeRelease(b, hub, ns, "mysql-picky", "2.0.2", avoidMarked)
 
 	start := time.Now()
 	var wg sync.WaitGroup

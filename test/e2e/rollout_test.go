@@ -6,11 +6,7 @@ package e2e
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -36,7 +32,6 @@ import (
 	"github.com/rewind-dev/rewind/internal/controller/target"
 	"github.com/rewind-dev/rewind/internal/install"
 	"github.com/rewind-dev/rewind/internal/member"
-	"github.com/rewind-dev/rewind/internal/release"
 	"github.com/rewind-dev/rewind/internal/restore"
 	"github.com/rewind-dev/rewind/internal/snapshot"
 	"github.com/rewind-dev/rewind/internal/testbed"
@@ -50,7 +45,6 @@ func TestMain(m *testing.M) {
 	testenv.Main(m, testbed.Options{Members: 3, Workloads: true}, &env)
 }
 
-const commit = "0123456789abcdef0123456789abcdef01234567"
 
 var (
 	hubOnce sync.Once
@@ -115,65 +109,21 @@ func startManager(t *testing.T, crashAt func(cluster, step string) bool) (stop f
 }
 
 // operatorImage is a digest-pinned image for a release version.
-func operatorImage(version string) string {
-	sum := sha256.Sum256([]byte(version))
-	return "example.com/mysql-operator@sha256:" + hex.EncodeToString(sum[:])
-}
+func operatorImage(version string) string { return testfixture.OperatorImage(version) }
 
 // Release variants.
 const (
 	healthy = ""
 	// broken makes the operator Deployment unschedulable everywhere: it never becomes Available.
-	broken = "broken"
+	broken = "      nodeSelector: {rewind.dev/no-such-node: \"true\"}\n"
 	// avoidsMarked makes it unschedulable on nodes labelled rewind.dev/broken=true only.
-	avoidsMarked = "avoids-marked"
+	avoidsMarked = "      affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: rewind.dev/broken, operator: NotIn, values: [\"true\"]}]}]}}}\n"
 )
 
-// makeRelease writes a manifest folder (the MySQLCluster CRD and the operator Deployment) and
-// creates the release.
+// makeRelease creates a release of the MySQLCluster CRD and the operator Deployment.
 func makeRelease(t *testing.T, ns, name, version, variant string) {
 	t.Helper()
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "crd.yaml"), []byte(testfixture.MySQLCRDYAML), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	nodeSelector := ""
-	switch variant {
-	case broken:
-		nodeSelector = "      nodeSelector: {rewind.dev/no-such-node: \"true\"}\n"
-	case avoidsMarked:
-		nodeSelector = "      affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: rewind.dev/broken, operator: NotIn, values: [\"true\"]}]}]}}}\n"
-	}
-	dep := fmt.Sprintf(`apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: mysql-operator
-  labels: {app: mysql-operator, version: "%s"}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: mysql-operator}}
-  template:
-    metadata: {labels: {app: mysql-operator}}
-    spec:
-%s      containers:
-      - name: manager
-        image: %s
-`, version, nodeSelector, operatorImage(version))
-	if err := os.WriteFile(filepath.Join(dir, "deploy.yaml"), []byte(dep), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	objs, err := release.RenderManifests(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	canonical, err := release.Canonical(objs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rel := &v1alpha1.OperatorRelease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: v1alpha1.OperatorReleaseSpec{
-		Operator: "mysql-operator", Version: version, GitCommit: commit, Image: operatorImage(version),
-		Source: v1alpha1.SourceManifests, Digest: release.Digest(canonical)}}
-	if _, err := release.Create(t.Context(), hub(t), rel, canonical); err != nil {
+	if err := testfixture.CreateRelease(t.Context(), hub(t), t.TempDir(), ns, name, version, variant); err != nil {
 		t.Fatal(err)
 	}
 }

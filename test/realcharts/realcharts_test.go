@@ -78,19 +78,11 @@ func setup(t *testing.T) client.Client {
 
 func repoRoot(t *testing.T) string {
 	t.Helper()
-	dir, err := os.Getwd()
+	root, err := testbed.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		if filepath.Dir(dir) == dir {
-			t.Fatal("no go.mod above the package folder")
-		}
-		dir = filepath.Dir(dir)
-	}
+	return root
 }
 
 // pin is a values path that sets an image tag (digest-pinned: rewind refuses mutable tags).
