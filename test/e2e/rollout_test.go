@@ -45,7 +45,6 @@ func TestMain(m *testing.M) {
 	testenv.Main(m, testbed.Options{Members: 3, Workloads: true}, &env)
 }
 
-
 var (
 	hubOnce sync.Once
 	hubC    client.Client
