@@ -43,7 +43,9 @@ const (
 	ReasonAutomaticRollback     = "AutomaticRollback"
 	ReasonPaused                = "Paused"
 	ReasonAwaitingApproval      = "AwaitingApproval"
-	ReasonReleaseNotFound       = "ReleaseNotFound"
+	// ReasonBaking: a wave is done and its health is re-checked for its bake time.
+	ReasonBaking          = "Baking"
+	ReasonReleaseNotFound = "ReleaseNotFound"
 	// ReasonInvalidSpec: the spec cannot be carried out (a CEL check that does not compile,
 	// a wave naming no registered cluster); the message names the field.
 	ReasonInvalidSpec = "InvalidSpec"

@@ -263,7 +263,12 @@ type KindsNotServedError struct {
 }
 
 func (e *KindsNotServedError) Error() string {
-	return fmt.Sprintf("the cluster does not serve %s: install the CRDs that define them (or the API service that serves them) first, or leave these objects out of the release", strings.Join(e.Kinds, ", "))
+	parts := make([]string, 0, len(e.Kinds))
+	for _, k := range e.Kinds {
+		api, _, _ := strings.Cut(k, " ")
+		parts = append(parts, fmt.Sprintf("%s (API %s not found)", k, api))
+	}
+	return fmt.Sprintf("the cluster does not serve %s: install the CRDs that define them (or the API service that serves them) first, or leave these objects out of the release", strings.Join(parts, ", "))
 }
 
 // DefinedKinds returns the kinds the CustomResourceDefinitions among objs define, with

@@ -4,6 +4,8 @@ package e2e
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +19,7 @@ import (
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/controller/target"
 	"github.com/rewind-dev/rewind/internal/snapshot"
+	"github.com/rewind-dev/rewind/internal/testfixture"
 )
 
 // waitCondition waits until the rollout has a condition of type typ with the given status and
@@ -220,4 +223,35 @@ func TestWaveClustersRunInParallel(t *testing.T) {
 	}
 	unmark()
 	f.waitPhase("mysql-b-picky", v1alpha1.RolloutSucceeded, 2*time.Minute)
+}
+
+// A release with a kind the member does not serve (a ServiceMonitor, and prometheus-operator's
+// CRDs are not installed) fails the precheck before anything changes, naming the kind and the
+// missing API.
+func TestPrecheckRefusesAKindTheMemberDoesNotServe(t *testing.T) {
+	f := newFleet(t, []v1alpha1.Wave{{Name: "one", Clusters: []string{"member1"}, MaxConcurrency: 1}})
+	dir := t.TempDir()
+	monitor := "apiVersion: monitoring.coreos.com/v1\nkind: ServiceMonitor\nmetadata: {name: mysql-operator}\nspec: {selector: {matchLabels: {app: mysql-operator}}, endpoints: [{port: metrics}]}\n"
+	if err := os.WriteFile(filepath.Join(dir, "monitor.yaml"), []byte(monitor), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := testfixture.CreateRelease(t.Context(), hub(t), dir, f.ns, "mysql-monitored", "1.1.0", healthy); err != nil {
+		t.Fatal(err)
+	}
+	f.setRelease("mysql-monitored", func(s *v1alpha1.RolloutSpec) { s.FailurePolicy = v1alpha1.FailurePolicyPause })
+	startManager(t, nil)
+	ro := f.waitPhase("mysql-monitored", v1alpha1.RolloutFailed, 2*time.Minute)
+	c := f.target("member1").Status
+	if c.Step != target.StepPrecheck || !strings.Contains(c.Message, "monitoring.coreos.com/v1 ServiceMonitor (API monitoring.coreos.com/v1 not found)") {
+		t.Errorf("member1 must fail its precheck naming the kind and the missing API: %+v", c)
+	}
+	if s := meta.FindStatusCondition(ro.Status.Conditions, v1alpha1.ConditionStalled); s == nil || s.Reason != v1alpha1.ReasonPrecheckFailed {
+		t.Errorf("Stalled must say the precheck failed: %+v", s)
+	}
+	if rec := f.record(env.Members[0]); rec != nil {
+		t.Errorf("nothing may change before the precheck passes: record %+v", rec)
+	}
+	if snaps := f.snapshotsOf(ro.Status.Revision); len(snaps) != 0 {
+		t.Errorf("no snapshot may be taken before the precheck passes: %v", snaps)
+	}
 }

@@ -132,7 +132,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 		return ctrl.Result{}, err
 	}
 	if ro.Spec.Paused {
-		s.setPhase(v1alpha1.RolloutPaused, "Paused", "spec.paused is true: no new step starts (rewind rollout resume)")
+		s.setPhase(v1alpha1.RolloutPaused, v1alpha1.ReasonPaused, "spec.paused is true: no new step starts (rewind rollout resume)")
 		s.aggregate()
 		return ctrl.Result{}, nil
 	}

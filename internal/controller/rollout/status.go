@@ -132,7 +132,7 @@ func (r *Reconciler) bakeOrNextGroup(ctx context.Context, s *scope, rollback boo
 				}
 			}
 			if left := until.Sub(now); left > 0 {
-				s.setPhase(v1alpha1.RolloutBaking, "Baking", fmt.Sprintf("wave %q baking, %s left", w.Name, left.Round(time.Second)))
+				s.setPhase(v1alpha1.RolloutBaking, v1alpha1.ReasonBaking, fmt.Sprintf("wave %q baking, %s left", w.Name, left.Round(time.Second)))
 				return ctrl.Result{RequeueAfter: left}, nil
 			}
 		}
