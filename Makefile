@@ -12,6 +12,16 @@ TEST_PARALLEL ?= 2
 TEST_TIMEOUT ?= 60m
 TEST_FLAGS ?=
 
+# What `rewind version` reports, linked into internal/version. The build date is the commit's
+# time (or SOURCE_DATE_EPOCH), never the clock, so that two builds of a commit are identical.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+BUILD_DATE ?= $(shell date -u -d @$(SOURCE_DATE_EPOCH) +%Y-%m-%dT%H:%M:%SZ)
+VERSION_PKG := github.com/rewind-dev/rewind/internal/version
+LDFLAGS := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Commit=$(COMMIT) -X $(VERSION_PKG).BuildDate=$(BUILD_DATE)
+GO_BUILD := CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)"
+
 .PHONY: all
 all: build
 
@@ -33,8 +43,9 @@ verify-generate: generate ## Fail when generated files are stale.
 		echo "Generated files are stale: run 'make generate' and commit the result."; exit 1; fi
 
 .PHONY: build
-build: ## Build bin/rewind (and bin/kubectl-rewind, the kubectl plugin, with its completion hook).
-	$(GO) build -o $(BIN_DIR)/rewind ./cmd/rewind
+build: ## Build bin/rewind (and bin/kubectl-rewind, the kubectl plugin, with its completion hook) and bin/rewind-controller.
+	$(GO_BUILD) -o $(BIN_DIR)/rewind ./cmd/rewind
+	$(GO_BUILD) -o $(BIN_DIR)/rewind-controller ./cmd/rewind-controller
 	ln -sf rewind $(BIN_DIR)/kubectl-rewind
 	ln -sf rewind $(BIN_DIR)/kubectl_complete-rewind
 

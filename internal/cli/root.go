@@ -91,6 +91,7 @@ files of $KUBECONFIG, else ~/.kube/config; --context picks a context and -n a na
 	root.AddCommand(newHistoryCommand(h))
 	root.AddCommand(newTestbedCommand())
 	root.AddCommand(newDemoCommand())
+	root.AddCommand(newVersionCommand())
 	addDefaultCommands(root)
 	polish(root, h.prog)
 	return root

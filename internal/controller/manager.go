@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
 
@@ -58,24 +59,63 @@ type Options struct {
 	GatePoll time.Duration
 	// TargetWorkers is how many clusters' steps run at once (default 32).
 	TargetWorkers int
+	// LeaseDuration, RenewDeadline and RetryPeriod tune leader election (0: controller-runtime's
+	// 15s, 10s and 2s). A standby takes over at most LeaseDuration after the leader died.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// MetricsSecure serves the metrics endpoint over HTTPS, and only to clients the hub
+	// authenticates (TokenReview) and authorizes for GET /metrics (SubjectAccessReview).
+	MetricsSecure bool
+	// MetricsCertDir holds tls.crt and tls.key for the metrics endpoint; empty generates a
+	// self-signed certificate.
+	MetricsCertDir string
+	// KubeconfigNamespaces are the namespaces whose labelled member kubeconfig Secrets are
+	// watched, so that a changed Secret re-checks its members (default: rewind-system). A
+	// MemberCluster may name a Secret elsewhere; it is read, but its changes are only seen at
+	// the next periodic check. The controller needs no Secret access outside the namespaces it
+	// is bound to.
+	KubeconfigNamespaces []string
 }
+
+// DefaultSystemNamespace holds the member kubeconfig Secrets, the snapshot key and the
+// leader-election lease.
+const DefaultSystemNamespace = "rewind-system"
 
 // NewManager builds the manager with health and readiness checks and every reconciler.
 func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	ns := o.LeaderElectionNamespace
 	if ns == "" && o.LeaderElection {
-		ns = "rewind-system"
+		ns = DefaultSystemNamespace
+	}
+	metricsOpts := metricsserver.Options{BindAddress: o.MetricsAddr}
+	if o.MetricsSecure {
+		metricsOpts.SecureServing = true
+		metricsOpts.CertDir = o.MetricsCertDir
+		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	secretNamespaces := map[string]cache.Config{}
+	for _, n := range o.KubeconfigNamespaces {
+		secretNamespaces[n] = cache.Config{}
+	}
+	if len(secretNamespaces) == 0 {
+		secretNamespaces[DefaultSystemNamespace] = cache.Config{}
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                  Scheme,
-		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
-		HealthProbeBindAddress:  o.ProbeAddr,
-		LeaderElection:          o.LeaderElection,
-		LeaderElectionID:        "rewind-controller.rewind.dev",
-		LeaderElectionNamespace: ns,
-		Controller:              config.Controller{SkipNameValidation: &o.SkipNameValidation},
+		Scheme:                        Scheme,
+		Metrics:                       metricsOpts,
+		HealthProbeBindAddress:        o.ProbeAddr,
+		LeaderElection:                o.LeaderElection,
+		LeaderElectionID:              LeaderElectionID,
+		LeaderElectionNamespace:       ns,
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 durationOrNil(o.LeaseDuration),
+		RenewDeadline:                 durationOrNil(o.RenewDeadline),
+		RetryPeriod:                   durationOrNil(o.RetryPeriod),
+		Controller:                    config.Controller{SkipNameValidation: &o.SkipNameValidation},
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&corev1.Secret{}: {Label: labels.SelectorFromSet(labels.Set{LabelMemberKubeconfig: "true"})},
+			&corev1.Secret{}: {
+				Label:      labels.SelectorFromSet(labels.Set{LabelMemberKubeconfig: "true"}),
+				Namespaces: secretNamespaces,
+			},
 		}},
 	})
 	if err != nil {
@@ -91,6 +131,16 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		return nil, err
 	}
 	return mgr, nil
+}
+
+// LeaderElectionID names the leader-election Lease.
+const LeaderElectionID = "rewind-controller.rewind.dev"
+
+func durationOrNil(d time.Duration) *time.Duration {
+	if d <= 0 {
+		return nil
+	}
+	return &d
 }
 
 // setupReconcilers registers every reconciler with the manager. They share one access layer
