@@ -49,6 +49,20 @@ build: ## Build bin/rewind (and bin/kubectl-rewind, the kubectl plugin, with its
 	ln -sf rewind $(BIN_DIR)/kubectl-rewind
 	ln -sf rewind $(BIN_DIR)/kubectl_complete-rewind
 
+# The controller image: built without a container engine (internal/image, go-containerregistry),
+# reproducible (-trimpath, fixed -ldflags, file times and image dates from SOURCE_DATE_EPOCH).
+IMAGE ?= ghcr.io/rewind-dev/rewind-controller:$(VERSION)
+IMAGE_ARCH ?= $(shell $(GO) env GOARCH)
+IMAGE_DIR := $(BIN_DIR)/image
+
+.PHONY: image
+image: ## Build the rewind-controller image without Docker: OCI layout bin/image/oci and tarball bin/image/rewind-controller.tar.
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" \
+		-o $(IMAGE_DIR)/linux_$(IMAGE_ARCH)/rewind-controller ./cmd/rewind-controller
+	$(GO) run ./hack/image --binary $(IMAGE_DIR)/linux_$(IMAGE_ARCH)/rewind-controller --arch $(IMAGE_ARCH) \
+		--version $(VERSION) --revision $(COMMIT) --source-date-epoch $(SOURCE_DATE_EPOCH) --ref $(IMAGE) \
+		--layout $(IMAGE_DIR)/oci --tarball $(IMAGE_DIR)/rewind-controller.tar | tee $(IMAGE_DIR)/digest
+
 .PHONY: testbed-bins
 testbed-bins: ## Build the testbed binaries (kube-apiserver, kcm, scheduler, etcd, kwok, kubectl) once; about 15 minutes cold.
 	hack/testbed/build.sh >/dev/null
