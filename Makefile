@@ -30,11 +30,13 @@ help: ## Show the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-16s %s\n", $$1, $$2}'
 
 .PHONY: generate
-generate: ## Regenerate deepcopy code, CRDs and RBAC (controller-gen) into api/ and config/.
+generate: ## Regenerate deepcopy code, CRDs and RBAC (controller-gen) into api/ and config/ (CRDs, ClusterRole/Role rewind-controller, ClusterRole rewind-controller-namespace).
 	$(GO) tool controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(GO) tool controller-gen crd:allowDangerousTypes=false rbac:roleName=rewind-controller \
 		paths=./api/... paths=./internal/controller/... \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	$(GO) tool controller-gen rbac:roleName=rewind-controller-namespace paths=./internal/rbac/... \
+		output:rbac:artifacts:config=config/rbac/namespace
 
 .PHONY: verify-generate
 verify-generate: generate ## Fail when generated files are stale.

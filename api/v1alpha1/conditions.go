@@ -54,3 +54,7 @@ const (
 	ReasonRollbackFailed     = "RollbackFailed"
 	ReasonPayloadUnavailable = "PayloadUnavailable"
 )
+
+// ReasonSecretForbidden (MemberCluster): the controller may not read the member's kubeconfig
+// Secret; the message names the Secret and the missing permission.
+const ReasonSecretForbidden = "KubeconfigSecretForbidden"

@@ -82,6 +82,7 @@ files of $KUBECONFIG, else ~/.kube/config; --context picks a context and -n a na
 	h.register(root)
 	root.AddCommand(newControllerCommand(h))
 	root.AddCommand(newInstallCommand(h))
+	root.AddCommand(newNamespaceCommand(h))
 	root.AddCommand(newClustersCommand(h))
 	root.AddCommand(newReleaseCommand(h))
 	root.AddCommand(newSnapshotCommand(h))

@@ -164,13 +164,24 @@ func setupReconcilers(mgr ctrl.Manager, o Options) error {
 	return nil
 }
 
-// The manager's permissions in the hub.
-// +kubebuilder:rbac:groups=rewind.dev,resources=memberclusters;operatorreleases;rollouts;rollouttargets;snapshots,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=rewind.dev,resources=memberclusters/status;operatorreleases/status;rollouts/status;rollouttargets/status;snapshots/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
+// The manager's permissions in the hub (least privilege; the README's "Permissions" section
+// explains them). Cluster-wide, in the ClusterRole rewind-controller: read every rewind.dev
+// kind, write the objects and status it owns, record Events, and check the callers of the
+// metrics endpoint. No Secret access cluster-wide: Secrets are granted per namespace, by the
+// Role rewind-controller in rewind-system (member kubeconfigs, the snapshot key, the
+// leader-election lease) and by RoleBindings to the ClusterRole rewind-controller-namespace
+// in each namespace that holds releases and rollouts (see internal/rbac).
+// +kubebuilder:rbac:groups=rewind.dev,resources=memberclusters;operatorreleases;rollouts;rollouttargets;snapshots,verbs=get;list;watch
+// +kubebuilder:rbac:groups=rewind.dev,resources=snapshots,verbs=create;delete
+// +kubebuilder:rbac:groups=rewind.dev,resources=snapshots/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+// In rewind-system only (Role rewind-controller): the member kubeconfig Secrets (watched), the
+// snapshot key-encryption key (created on first use) and the leader-election Lease.
+// +kubebuilder:rbac:groups="",namespace=rewind-system,resources=secrets,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=rewind-system,resources=leases,verbs=get;create;update
 
 // hubReader reads Secrets straight from the API server (the manager caches only the labelled
 // ones) and everything else from the manager's cache.
