@@ -37,11 +37,17 @@ generate: ## Regenerate deepcopy code, CRDs and RBAC (controller-gen) into api/ 
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 	$(GO) tool controller-gen rbac:roleName=rewind-controller-namespace paths=./internal/rbac/... \
 		output:rbac:artifacts:config=config/rbac/namespace
+	@# The Helm chart carries copies of the generated CRDs and roles and of the alerts.
+	rm -f charts/rewind/files/crds/*.yaml
+	cp config/crd/bases/*.yaml charts/rewind/files/crds/
+	cp config/rbac/role.yaml charts/rewind/files/rbac/role.yaml
+	cp config/rbac/namespace/role.yaml charts/rewind/files/rbac/namespace-role.yaml
+	cp config/prometheus/prometheus_rule.yaml charts/rewind/files/prometheus/prometheus_rule.yaml
 
 .PHONY: verify-generate
 verify-generate: generate ## Fail when generated files are stale.
-	@if [ -n "$$(git status --porcelain -- api config)" ]; then \
-		git status --porcelain -- api config; git diff -- api config | head -50; \
+	@if [ -n "$$(git status --porcelain -- api config charts)" ]; then \
+		git status --porcelain -- api config charts; git diff -- api config charts | head -50; \
 		echo "Generated files are stale: run 'make generate' and commit the result."; exit 1; fi
 
 .PHONY: build
