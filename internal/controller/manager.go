@@ -184,15 +184,36 @@ func setupReconcilers(mgr ctrl.Manager, o Options) error {
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=rewind-system,resources=leases,verbs=get;create;update
 
 // hubReader reads Secrets straight from the API server (the manager caches only the labelled
-// ones) and everything else from the manager's cache.
+// member kubeconfigs, in the kubeconfig namespaces) and everything else from the manager's
+// cache. Secret lists (payload chunks, by label) and metadata reads of Secrets go to the API
+// server too: through the cache they would start an informer on every Secret, which the
+// controller's RBAC does not allow and which would hold every Secret in memory.
 type hubReader struct {
 	client.Client
 	reader client.Reader
 }
 
 func (h hubReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	if _, ok := obj.(*corev1.Secret); ok {
+	if isSecret(obj) {
 		return h.reader.Get(ctx, key, obj, opts...)
 	}
 	return h.Client.Get(ctx, key, obj, opts...)
+}
+
+func (h hubReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if isSecret(list) {
+		return h.reader.List(ctx, list, opts...)
+	}
+	return h.Client.List(ctx, list, opts...)
+}
+
+// isSecret says whether obj is a Secret or a list of them, typed, metadata-only or
+// unstructured.
+func isSecret(obj runtime.Object) bool {
+	switch obj.(type) {
+	case *corev1.Secret, *corev1.SecretList:
+		return true
+	}
+	gvk := obj.GetObjectKind().GroupVersionKind()
+	return gvk.Group == "" && (gvk.Kind == "Secret" || gvk.Kind == "SecretList")
 }
