@@ -82,8 +82,22 @@ lint: ## go vet and a gofmt check.
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.cache/*')); \
 		if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
+# promtool validates config/prometheus (TestPrometheusRules fails without it). It comes with
+# Debian's prometheus package (apt-cache policy prometheus); nothing else of it is started.
+.PHONY: promtool
+promtool: ## Install promtool (apt-get install -y prometheus) when it is not on the PATH.
+	@command -v promtool >/dev/null 2>&1 || { \
+		echo "promtool is missing: apt-get install -y prometheus"; \
+		sudo=""; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends prometheus \
+		|| { $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends prometheus; }; }
+
+.PHONY: check-monitoring
+check-monitoring: promtool ## promtool check/test rules on config/prometheus; the Grafana dashboard's queries against the controller's metrics.
+	$(GO) test -count=1 ./config/
+
 .PHONY: test
-test: testbed-bins ## Run every test against real local clusters (builds the testbed binaries first).
+test: testbed-bins promtool ## Run every test against real local clusters (builds the testbed binaries first).
 	$(GO) test -p $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
 
 .PHONY: demo

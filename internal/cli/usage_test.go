@@ -162,7 +162,7 @@ var commandsWithOutput = []string{
 	"clusters add", "clusters list", "clusters check",
 	"release create",
 	"snapshot take", "snapshot list", "snapshot show", "snapshot diff", "snapshot verify", "snapshot restore",
-	"rollout status", "rollout approve", "rollout pause", "rollout resume", "rollback", "history",
+	"rollout status", "rollout approve", "rollout pause", "rollout resume", "rollback", "retry", "history",
 	"testbed up", "testbed status",
 	"version",
 }
