@@ -60,7 +60,8 @@ type Options struct {
 	// TargetWorkers is how many clusters' steps run at once (default 32).
 	TargetWorkers int
 	// LeaseDuration, RenewDeadline and RetryPeriod tune leader election (0: controller-runtime's
-	// 15s, 10s and 2s). A standby takes over at most LeaseDuration after the leader died.
+	// 15s, 10s and 2s). A standby takes over about LeaseDuration (plus up to two jittered
+	// RetryPeriods) after the leader died; test/ha measures it.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// MetricsSecure serves the metrics endpoint over HTTPS, and only to clients the hub
 	// authenticates (TokenReview) and authorizes for GET /metrics (SubjectAccessReview).
