@@ -12,6 +12,16 @@ TEST_PARALLEL ?= 2
 TEST_TIMEOUT ?= 60m
 TEST_FLAGS ?=
 
+# What `rewind version` reports, linked into internal/version. The build date is the commit's
+# time (or SOURCE_DATE_EPOCH), never the clock, so that two builds of a commit are identical.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+BUILD_DATE ?= $(shell date -u -d @$(SOURCE_DATE_EPOCH) +%Y-%m-%dT%H:%M:%SZ)
+VERSION_PKG := github.com/rewind-dev/rewind/internal/version
+LDFLAGS := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Commit=$(COMMIT) -X $(VERSION_PKG).BuildDate=$(BUILD_DATE)
+GO_BUILD := CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)"
+
 .PHONY: all
 all: build
 
@@ -20,23 +30,46 @@ help: ## Show the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-16s %s\n", $$1, $$2}'
 
 .PHONY: generate
-generate: ## Regenerate deepcopy code, CRDs and RBAC (controller-gen) into api/ and config/.
+generate: ## Regenerate deepcopy code, CRDs and RBAC (controller-gen) into api/ and config/ (CRDs, ClusterRole/Role rewind-controller, ClusterRole rewind-controller-namespace).
 	$(GO) tool controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(GO) tool controller-gen crd:allowDangerousTypes=false rbac:roleName=rewind-controller \
 		paths=./api/... paths=./internal/controller/... \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	$(GO) tool controller-gen rbac:roleName=rewind-controller-namespace paths=./internal/rbac/... \
+		output:rbac:artifacts:config=config/rbac/namespace
+	@# The Helm chart carries copies of the generated CRDs and roles and of the alerts.
+	rm -f charts/rewind/files/crds/*.yaml
+	cp config/crd/bases/*.yaml charts/rewind/files/crds/
+	cp config/rbac/role.yaml charts/rewind/files/rbac/role.yaml
+	cp config/rbac/namespace/role.yaml charts/rewind/files/rbac/namespace-role.yaml
+	cp config/prometheus/prometheus_rule.yaml charts/rewind/files/prometheus/prometheus_rule.yaml
 
 .PHONY: verify-generate
 verify-generate: generate ## Fail when generated files are stale.
-	@if [ -n "$$(git status --porcelain -- api config)" ]; then \
-		git status --porcelain -- api config; git diff -- api config | head -50; \
+	@if [ -n "$$(git status --porcelain -- api config charts)" ]; then \
+		git status --porcelain -- api config charts; git diff -- api config charts | head -50; \
 		echo "Generated files are stale: run 'make generate' and commit the result."; exit 1; fi
 
 .PHONY: build
-build: ## Build bin/rewind (and bin/kubectl-rewind, the kubectl plugin, with its completion hook).
-	$(GO) build -o $(BIN_DIR)/rewind ./cmd/rewind
+build: ## Build bin/rewind (and bin/kubectl-rewind, the kubectl plugin, with its completion hook) and bin/rewind-controller.
+	$(GO_BUILD) -o $(BIN_DIR)/rewind ./cmd/rewind
+	$(GO_BUILD) -o $(BIN_DIR)/rewind-controller ./cmd/rewind-controller
 	ln -sf rewind $(BIN_DIR)/kubectl-rewind
 	ln -sf rewind $(BIN_DIR)/kubectl_complete-rewind
+
+# The controller image: built without a container engine (internal/image, go-containerregistry),
+# reproducible (-trimpath, fixed -ldflags, file times and image dates from SOURCE_DATE_EPOCH).
+IMAGE ?= ghcr.io/rewind-dev/rewind-controller:$(VERSION)
+IMAGE_ARCH ?= $(shell $(GO) env GOARCH)
+IMAGE_DIR := $(BIN_DIR)/image
+
+.PHONY: image
+image: ## Build the rewind-controller image without Docker: OCI layout bin/image/oci and tarball bin/image/rewind-controller.tar.
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" \
+		-o $(IMAGE_DIR)/linux_$(IMAGE_ARCH)/rewind-controller ./cmd/rewind-controller
+	$(GO) run ./hack/image --binary $(IMAGE_DIR)/linux_$(IMAGE_ARCH)/rewind-controller --arch $(IMAGE_ARCH) \
+		--version $(VERSION) --revision $(COMMIT) --source-date-epoch $(SOURCE_DATE_EPOCH) --ref $(IMAGE) \
+		--layout $(IMAGE_DIR)/oci --tarball $(IMAGE_DIR)/rewind-controller.tar | tee $(IMAGE_DIR)/digest
 
 .PHONY: testbed-bins
 testbed-bins: ## Build the testbed binaries (kube-apiserver, kcm, scheduler, etcd, kwok, kubectl) once; about 15 minutes cold.
@@ -50,8 +83,22 @@ lint: ## go vet (also with the unit tag, as make test-unit builds) and a gofmt c
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.cache/*')); \
 		if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
+# promtool validates config/prometheus (TestPrometheusRules fails without it). It comes with
+# Debian's prometheus package (apt-cache policy prometheus); nothing else of it is started.
+.PHONY: promtool
+promtool: ## Install promtool (apt-get install -y prometheus) when it is not on the PATH.
+	@command -v promtool >/dev/null 2>&1 || { \
+		echo "promtool is missing: apt-get install -y prometheus"; \
+		sudo=""; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends prometheus \
+		|| { $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends prometheus; }; }
+
+.PHONY: check-monitoring
+check-monitoring: promtool ## promtool check/test rules on config/prometheus; the Grafana dashboard's queries against the controller's metrics.
+	$(GO) test -count=1 ./config/
+
 .PHONY: test
-test: testbed-bins ## Run every test against real local clusters (builds the testbed binaries first).
+test: testbed-bins promtool ## Run every test against real local clusters (builds the testbed binaries first).
 	$(GO) test -p $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
 
 .PHONY: test-unit

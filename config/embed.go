@@ -1,5 +1,6 @@
-// Package config embeds the generated hub manifests (CRDs and RBAC) so the rewind binary can
-// install them.
+// Package config embeds the hub manifests so the rewind binary can install them: the
+// generated CRDs and RBAC, the controller's Deployment and the kustomization that ties them
+// (config/default).
 package config
 
 import "embed"
@@ -8,3 +9,9 @@ import "embed"
 //
 //go:embed crd/bases/*.yaml
 var CRDs embed.FS
+
+// Manifests holds config/default and everything it refers to (crd, rbac, manager), as
+// kustomize renders them.
+//
+//go:embed crd rbac manager default
+var Manifests embed.FS

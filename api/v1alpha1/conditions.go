@@ -62,3 +62,7 @@ const (
 	// incomplete, its store or key unreachable).
 	ReasonPayloadUnavailable = "PayloadUnavailable"
 )
+
+// ReasonSecretForbidden (MemberCluster): the controller may not read the member's kubeconfig
+// Secret; the message names the Secret and the missing permission.
+const ReasonSecretForbidden = "KubeconfigSecretForbidden"

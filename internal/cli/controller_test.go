@@ -4,6 +4,7 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"io"
 	"net/http"
 	"testing"
@@ -45,13 +46,22 @@ func TestControllerAnswersProbes(t *testing.T) {
 			t.Fatalf("%s did not answer 200 (last: %d %q): %v", path, status, body, err)
 		}
 	}
-	resp, err := hc.Get("http://" + metrics + "/metrics")
-	if err != nil {
-		t.Fatalf("metrics endpoint: %v", err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("metrics endpoint answered %d", resp.StatusCode)
+	// Metrics are served over HTTPS (self-signed) to authenticated callers only.
+	tlsClient := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // the check is authentication, not the certificate
+	}}
+	var status int
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		resp, err := tlsClient.Get("https://" + metrics + "/metrics")
+		if err != nil {
+			return false, nil // not listening yet
+		}
+		resp.Body.Close()
+		status = resp.StatusCode
+		return true, nil
+	})
+	if err != nil || status != http.StatusUnauthorized {
+		t.Fatalf("metrics endpoint answered %d (%v) to a caller without a token, want 401", status, err)
 	}
 	cancel()
 	select {

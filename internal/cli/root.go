@@ -82,6 +82,7 @@ files of $KUBECONFIG, else ~/.kube/config; --context picks a context and -n a na
 	h.register(root)
 	root.AddCommand(newControllerCommand(h))
 	root.AddCommand(newInstallCommand(h))
+	root.AddCommand(newNamespaceCommand(h))
 	root.AddCommand(newClustersCommand(h))
 	root.AddCommand(newReleaseCommand(h))
 	root.AddCommand(newSnapshotCommand(h))
@@ -91,6 +92,7 @@ files of $KUBECONFIG, else ~/.kube/config; --context picks a context and -n a na
 	root.AddCommand(newHistoryCommand(h))
 	root.AddCommand(newTestbedCommand())
 	root.AddCommand(newDemoCommand())
+	root.AddCommand(newVersionCommand())
 	addDefaultCommands(root)
 	polish(root, h.prog)
 	return root

@@ -164,6 +164,7 @@ var commandsWithOutput = []string{
 	"snapshot take", "snapshot list", "snapshot show", "snapshot diff", "snapshot verify", "snapshot restore",
 	"rollout status", "rollout approve", "rollout pause", "rollout resume", "rollback", "retry", "history",
 	"testbed up", "testbed status",
+	"version",
 }
 
 func TestOutputFlagOnEveryCommandThatPrintsObjects(t *testing.T) {

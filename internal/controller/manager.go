@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
 
@@ -58,24 +59,64 @@ type Options struct {
 	GatePoll time.Duration
 	// TargetWorkers is how many clusters' steps run at once (default 32).
 	TargetWorkers int
+	// LeaseDuration, RenewDeadline and RetryPeriod tune leader election (0: controller-runtime's
+	// 15s, 10s and 2s). A standby takes over about LeaseDuration (plus up to two jittered
+	// RetryPeriods) after the leader died; test/ha measures it.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// MetricsSecure serves the metrics endpoint over HTTPS, and only to clients the hub
+	// authenticates (TokenReview) and authorizes for GET /metrics (SubjectAccessReview).
+	MetricsSecure bool
+	// MetricsCertDir holds tls.crt and tls.key for the metrics endpoint; empty generates a
+	// self-signed certificate.
+	MetricsCertDir string
+	// KubeconfigNamespaces are the namespaces whose labelled member kubeconfig Secrets are
+	// watched, so that a changed Secret re-checks its members (default: rewind-system). A
+	// MemberCluster may name a Secret elsewhere; it is read, but its changes are only seen at
+	// the next periodic check. The controller needs no Secret access outside the namespaces it
+	// is bound to.
+	KubeconfigNamespaces []string
 }
+
+// DefaultSystemNamespace holds the member kubeconfig Secrets, the snapshot key and the
+// leader-election lease.
+const DefaultSystemNamespace = "rewind-system"
 
 // NewManager builds the manager with health and readiness checks and every reconciler.
 func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	ns := o.LeaderElectionNamespace
 	if ns == "" && o.LeaderElection {
-		ns = "rewind-system"
+		ns = DefaultSystemNamespace
+	}
+	metricsOpts := metricsserver.Options{BindAddress: o.MetricsAddr}
+	if o.MetricsSecure {
+		metricsOpts.SecureServing = true
+		metricsOpts.CertDir = o.MetricsCertDir
+		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	secretNamespaces := map[string]cache.Config{}
+	for _, n := range o.KubeconfigNamespaces {
+		secretNamespaces[n] = cache.Config{}
+	}
+	if len(secretNamespaces) == 0 {
+		secretNamespaces[DefaultSystemNamespace] = cache.Config{}
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                  Scheme,
-		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
-		HealthProbeBindAddress:  o.ProbeAddr,
-		LeaderElection:          o.LeaderElection,
-		LeaderElectionID:        "rewind-controller.rewind.dev",
-		LeaderElectionNamespace: ns,
-		Controller:              config.Controller{SkipNameValidation: &o.SkipNameValidation},
+		Scheme:                        Scheme,
+		Metrics:                       metricsOpts,
+		HealthProbeBindAddress:        o.ProbeAddr,
+		LeaderElection:                o.LeaderElection,
+		LeaderElectionID:              LeaderElectionID,
+		LeaderElectionNamespace:       ns,
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 durationOrNil(o.LeaseDuration),
+		RenewDeadline:                 durationOrNil(o.RenewDeadline),
+		RetryPeriod:                   durationOrNil(o.RetryPeriod),
+		Controller:                    config.Controller{SkipNameValidation: &o.SkipNameValidation},
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&corev1.Secret{}: {Label: labels.SelectorFromSet(labels.Set{LabelMemberKubeconfig: "true"})},
+			&corev1.Secret{}: {
+				Label:      labels.SelectorFromSet(labels.Set{LabelMemberKubeconfig: "true"}),
+				Namespaces: secretNamespaces,
+			},
 		}},
 	})
 	if err != nil {
@@ -91,6 +132,16 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		return nil, err
 	}
 	return mgr, nil
+}
+
+// LeaderElectionID names the leader-election Lease.
+const LeaderElectionID = "rewind-controller.rewind.dev"
+
+func durationOrNil(d time.Duration) *time.Duration {
+	if d <= 0 {
+		return nil
+	}
+	return &d
 }
 
 // setupReconcilers registers every reconciler with the manager. They share one access layer
@@ -114,24 +165,56 @@ func setupReconcilers(mgr ctrl.Manager, o Options) error {
 	return nil
 }
 
-// The manager's permissions in the hub.
-// +kubebuilder:rbac:groups=rewind.dev,resources=memberclusters;operatorreleases;rollouts;rollouttargets;snapshots,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=rewind.dev,resources=memberclusters/status;operatorreleases/status;rollouts/status;rollouttargets/status;snapshots/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
+// The manager's permissions in the hub (least privilege; the README's "Permissions" section
+// explains them). Cluster-wide, in the ClusterRole rewind-controller: read every rewind.dev
+// kind, write the objects and status it owns, record Events, and check the callers of the
+// metrics endpoint. No Secret access cluster-wide: Secrets are granted per namespace, by the
+// Role rewind-controller in rewind-system (member kubeconfigs, the snapshot key, the
+// leader-election lease) and by RoleBindings to the ClusterRole rewind-controller-namespace
+// in each namespace that holds releases and rollouts (see internal/rbac).
+// +kubebuilder:rbac:groups=rewind.dev,resources=memberclusters;operatorreleases;rollouts;rollouttargets;snapshots,verbs=get;list;watch
+// +kubebuilder:rbac:groups=rewind.dev,resources=snapshots,verbs=create;delete
+// +kubebuilder:rbac:groups=rewind.dev,resources=snapshots/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+// In rewind-system only (Role rewind-controller): the member kubeconfig Secrets (watched), the
+// snapshot key-encryption key (created on first use) and the leader-election Lease.
+// +kubebuilder:rbac:groups="",namespace=rewind-system,resources=secrets,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=rewind-system,resources=leases,verbs=get;create;update
 
 // hubReader reads Secrets straight from the API server (the manager caches only the labelled
-// ones) and everything else from the manager's cache.
+// member kubeconfigs, in the kubeconfig namespaces) and everything else from the manager's
+// cache. Secret lists (payload chunks, by label) and metadata reads of Secrets go to the API
+// server too: through the cache they would start an informer on every Secret, which the
+// controller's RBAC does not allow and which would hold every Secret in memory.
 type hubReader struct {
 	client.Client
 	reader client.Reader
 }
 
 func (h hubReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	if _, ok := obj.(*corev1.Secret); ok {
+	if isSecret(obj) {
 		return h.reader.Get(ctx, key, obj, opts...)
 	}
 	return h.Client.Get(ctx, key, obj, opts...)
+}
+
+func (h hubReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if isSecret(list) {
+		return h.reader.List(ctx, list, opts...)
+	}
+	return h.Client.List(ctx, list, opts...)
+}
+
+// isSecret says whether obj is a Secret or a list of them, typed, metadata-only or
+// unstructured.
+func isSecret(obj runtime.Object) bool {
+	switch obj.(type) {
+	case *corev1.Secret, *corev1.SecretList:
+		return true
+	}
+	gvk := obj.GetObjectKind().GroupVersionKind()
+	return gvk.Group == "" && (gvk.Kind == "Secret" || gvk.Kind == "SecretList")
 }

@@ -108,6 +108,9 @@ func (r *MemberClusterReconciler) now() time.Time {
 	return time.Now()
 }
 
+// +kubebuilder:rbac:groups=rewind.dev,resources=memberclusters,verbs=get;list;watch
+// +kubebuilder:rbac:groups=rewind.dev,resources=memberclusters/status,verbs=get;update;patch
+
 // SetupWithManager registers the reconciler. A change to a kubeconfig Secret re-checks the
 // members that use it. Several members are checked at once so that an unreachable one never
 // holds up the others.

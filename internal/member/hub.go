@@ -32,6 +32,13 @@ func ConfigFor(ctx context.Context, hub client.Reader, mc *v1alpha1.MemberCluste
 				"kubeconfig Secret %s/%s not found: create it (rewind clusters add %s --kubeconfig FILE) or fix spec.kubeconfigSecretRef",
 				ref.Namespace, ref.Name, mc.Name)}
 		}
+		if apierrors.IsForbidden(err) {
+			// Name the Secret, what is missing and the fix; the API server's message names the
+			// controller's identity.
+			return nil, &SecretError{Reason: v1alpha1.ReasonSecretForbidden, Message: fmt.Sprintf(
+				"the controller may not read the kubeconfig Secret %s/%s: %v; keep member kubeconfigs in rewind-system, or grant get on secrets in %s to the controller",
+				ref.Namespace, ref.Name, err, ref.Namespace)}
+		}
 		return nil, fmt.Errorf("reading kubeconfig Secret %s/%s: %w", ref.Namespace, ref.Name, err)
 	}
 	cfg, err := RESTConfigFromSecret(secret, ref.Key)

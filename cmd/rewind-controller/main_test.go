@@ -1,0 +1,82 @@
+package main
+
+import (
+	"bytes"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/rewind-dev/rewind/internal/version"
+)
+
+// TestShippedBinaryHygiene checks that the binary the image runs links none of the test
+// harness: no testbed, no demo or CLI, no sample operator, no test fixtures, and not the
+// standard library's testing package.
+func TestShippedBinaryHygiene(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go command is needed to list the binary's packages: %v", err)
+	}
+	cmd := exec.Command(goBin, "list", "-deps", "github.com/rewind-dev/rewind/cmd/rewind-controller")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v\n%s", err, stderr.String())
+	}
+	const mod = "github.com/rewind-dev/rewind/"
+	forbidden := []string{
+		mod + "internal/testbed",
+		mod + "internal/testfixture",
+		mod + "internal/cli",
+		mod + "examples/",
+		mod + "test/",
+		mod + "bench",
+		mod + "hack/",
+	}
+	deps := strings.Fields(string(out))
+	if len(deps) < 100 {
+		t.Fatalf("go list -deps listed only %d packages: %q", len(deps), deps)
+	}
+	own := 0
+	for _, p := range deps {
+		if p == "testing" {
+			t.Errorf("rewind-controller links the testing package")
+		}
+		if !strings.HasPrefix(p, mod) {
+			continue
+		}
+		own++
+		for _, f := range forbidden {
+			if strings.HasPrefix(p, f) {
+				t.Errorf("rewind-controller links %s (nothing under %s may ship)", p, f)
+			}
+		}
+	}
+	if own == 0 {
+		t.Fatal("no rewind package in the list: the check would pass for any binary")
+	}
+}
+
+func TestVersionFlag(t *testing.T) {
+	cmd := newCommand()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{"--version"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if got := out.String(); !strings.HasPrefix(got, "rewind-controller "+version.Version) || !strings.Contains(got, "go1.") {
+		t.Errorf("--version printed %q", got)
+	}
+}
+
+func TestLeaderElectionFlagsMustBeOrdered(t *testing.T) {
+	cmd := newCommand()
+	cmd.SetArgs([]string{"--leader-elect", "--leader-election-lease-duration=2s", "--leader-election-renew-deadline=3s",
+		"--kubeconfig=/nonexistent"})
+	err := cmd.Execute()
+	if err == nil || !strings.Contains(err.Error(), "--leader-election-renew-deadline (3s) < --leader-election-lease-duration (2s)") {
+		t.Errorf("want an error naming the flags, got %v", err)
+	}
+}

@@ -1,0 +1,79 @@
+// Package controllercmd is the command line of rewind's manager: the flags of the
+// rewind-controller binary (the one the image runs) and of `rewind controller`. It carries no
+// test harness, demo or sample operator.
+package controllercmd
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/rewind-dev/rewind/internal/controller"
+	"github.com/rewind-dev/rewind/internal/version"
+)
+
+// Long is the description shared by both commands.
+const Long = `Runs the MemberCluster, Rollout and RolloutTarget reconcilers against the hub until it is
+stopped (SIGINT or SIGTERM). In a pod it uses the pod's service account; elsewhere the hub is
+chosen as kubectl chooses it (--kubeconfig, $KUBECONFIG, ~/.kube/config; --context).
+
+Logs are JSON on stderr unless --dev-log. /healthz and /readyz answer on
+--health-probe-bind-address. Metrics are served over HTTPS on --metrics-bind-address, only to
+clients the hub authenticates and authorizes for GET /metrics (a ClusterRole with
+nonResourceURLs: ["/metrics"], verbs: ["get"]); --metrics-secure=false serves plain HTTP.
+
+With --leader-elect several replicas run and one reconciles; a standby takes over at most
+--leader-election-lease-duration after the leader died.`
+
+// AddFlags registers the manager's flags on cmd and returns the options they fill and the
+// dev-log switch.
+func AddFlags(cmd *cobra.Command) (*controller.Options, *bool) {
+	o := &controller.Options{}
+	devLog := new(bool)
+	f := cmd.Flags()
+	f.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8443", "address of the Prometheus metrics endpoint; 0 disables it")
+	f.BoolVar(&o.MetricsSecure, "metrics-secure", true, "serve metrics over HTTPS to authenticated and authorized clients only (TokenReview and SubjectAccessReview against the hub)")
+	f.StringVar(&o.MetricsCertDir, "metrics-cert-dir", "", "folder with tls.crt and tls.key for the metrics endpoint (default: a self-signed certificate)")
+	f.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	f.BoolVar(&o.LeaderElection, "leader-elect", false, "elect a leader so that only one replica reconciles")
+	f.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader-election lease (default "+controller.DefaultSystemNamespace+")")
+	f.DurationVar(&o.LeaseDuration, "leader-election-lease-duration", 15*time.Second, "how long a standby waits after the last renewal before it takes the lead")
+	f.DurationVar(&o.RenewDeadline, "leader-election-renew-deadline", 10*time.Second, "how long the leader tries to renew before it gives the lead up (less than the lease duration)")
+	f.DurationVar(&o.RetryPeriod, "leader-election-retry-period", 2*time.Second, "how often candidates try to acquire or renew the lease")
+	f.StringSliceVar(&o.KubeconfigNamespaces, "kubeconfig-namespaces", []string{controller.DefaultSystemNamespace}, "namespaces whose member kubeconfig Secrets (labelled "+controller.LabelMemberKubeconfig+"=true) are watched")
+	f.IntVar(&o.TargetWorkers, "target-workers", 32, "how many member clusters' steps run at once")
+	f.DurationVar(&o.GatePoll, "gate-poll", 2*time.Second, "how often unhealthy clusters are re-checked during a health gate or bake")
+	f.BoolVar(devLog, "dev-log", false, "human-readable logs instead of JSON")
+	return o, devLog
+}
+
+// Validate checks flag values that depend on each other.
+func Validate(o *controller.Options) error {
+	if o.LeaderElection && !(o.RetryPeriod < o.RenewDeadline && o.RenewDeadline < o.LeaseDuration) {
+		return fmt.Errorf("leader election needs --leader-election-retry-period (%s) < --leader-election-renew-deadline (%s) < --leader-election-lease-duration (%s)",
+			o.RetryPeriod, o.RenewDeadline, o.LeaseDuration)
+	}
+	return nil
+}
+
+// Run starts the manager with o against the hub of cfg and blocks until the command's
+// context ends.
+func Run(cmd *cobra.Command, cfg *rest.Config, o *controller.Options, devLog bool) error {
+	if err := Validate(o); err != nil {
+		return err
+	}
+	ctrl.SetLogger(zap.New(zap.UseDevMode(devLog), zap.WriteTo(cmd.ErrOrStderr())))
+	log := ctrl.Log.WithName("setup")
+	v := version.Get()
+	log.Info("starting the rewind manager", "version", v.Version, "commit", v.Commit, "goVersion", v.GoVersion,
+		"hub", cfg.Host, "leaderElection", o.LeaderElection)
+	mgr, err := controller.NewManager(cfg, *o)
+	if err != nil {
+		return err
+	}
+	return mgr.Start(cmd.Context())
+}
