@@ -109,7 +109,7 @@ spec:
 	}
 	rel := &v1alpha1.OperatorRelease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: v1alpha1.OperatorReleaseSpec{
 		Operator: "mysql-operator", Version: version, GitCommit: commit, Image: image(version),
-		Source: v1alpha1.SourceManifests, Digest: release.Digest(canonical)}}
+		Format: v1alpha1.FormatManifests, Digest: release.Digest(canonical)}}
 	if _, err := release.Create(context.Background(), hub, rel, canonical); err != nil {
 		b.Fatal(err)
 	}

@@ -74,7 +74,7 @@ Creating the same release again is a no-op; another release under an existing na
 				return err
 			}
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "operatorrelease/%s %s: %s %s, %d manifests, digest %s\n", rel.Name, res, rel.Spec.Operator, rel.Spec.Version, rel.Status.Objects, rel.Spec.Digest)
+			fmt.Fprintf(out, "operatorrelease/%s %s: %s %s, %d manifests, digest %s\n", rel.Name, res, rel.Spec.Operator, rel.Spec.Version, rel.Status.Objects, release.ManifestDigest(rel))
 			if len(rel.Status.CRDs) > 0 {
 				w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(w, "CRD\tKIND\tSERVED\tSTORAGE\tCONVERSION")
@@ -156,17 +156,17 @@ func (o *releaseCreateOptions) render(name, ns string) (*v1alpha1.OperatorReleas
 	var err error
 	switch {
 	case o.manifests != "":
-		spec.Source = v1alpha1.SourceManifests
+		spec.Format = v1alpha1.FormatManifests
 		objs, err = release.RenderManifests(o.manifests)
 	case o.chart != "":
-		spec.Source = v1alpha1.SourceChart
+		spec.Format = v1alpha1.FormatChart
 		objs, spec.Chart, err = release.RenderChart(o.chart, o.values, o.operator, installNS, o.apiVersions...)
 		if err == nil && strings.TrimPrefix(spec.Chart.AppVersion, "v") != strings.TrimPrefix(o.version, "v") {
 			err = fmt.Errorf("chart %s has appVersion %s but --version is %s: one release version binds the chart's appVersion to the operator version; fix Chart.yaml or --version",
 				spec.Chart.Name, spec.Chart.AppVersion, o.version)
 		}
 	case o.bundle != "":
-		spec.Source = v1alpha1.SourceBundle
+		spec.Format = v1alpha1.FormatBundle
 		objs, spec.Bundle, err = release.RenderBundle(o.bundle, installNS)
 		if err == nil && strings.TrimPrefix(spec.Bundle.OperatorVersion, "v") != strings.TrimPrefix(o.version, "v") {
 			err = fmt.Errorf("bundle's olm.operatorVersion (CSV spec.version) is %s but --version is %s: one release version binds them; fix the CSV or --version",
