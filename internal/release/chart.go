@@ -256,3 +256,22 @@ func renderCapabilities(extra []string) *chartutil.Capabilities {
 	caps.HelmVersion.GitTreeState = ""
 	return caps
 }
+
+// LoadChartFS loads the chart folder at the root of fsys as helm's loader.LoadDir loads a
+// folder (.helmignore honoured).
+func LoadChartFS(fsys fs.FS) (*chart.Chart, error) {
+	files, err := chartFiles(fsys)
+	if err != nil {
+		return nil, err
+	}
+	return loader.LoadFiles(files)
+}
+
+// RenderLoadedChart is RenderChart for a chart already loaded (fetched from a source), with
+// values already read (nil for none). It may change chrt (dependencies are processed in place).
+func RenderLoadedChart(chrt *chart.Chart, values map[string]interface{}, releaseName, namespace string, apiVersions ...string) ([]*unstructured.Unstructured, *v1alpha1.ChartInfo, error) {
+	if err := checkRenderTarget(releaseName, namespace); err != nil {
+		return nil, nil, err
+	}
+	return renderChart(chrt, values, releaseName, namespace, apiVersions)
+}
