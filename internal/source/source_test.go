@@ -1,6 +1,7 @@
 package source_test
 
 import (
+	"encoding/base64"
 	"errors"
 	"io/fs"
 	"strings"
@@ -294,5 +295,53 @@ func TestGit(t *testing.T) {
 				t.Errorf("%s renders no objects", got.Name)
 			}
 		})
+	}
+}
+
+func TestOCIPlainHTTPAndDockerConfig(t *testing.T) {
+	// A plain-HTTP registry is used only with insecure.
+	plain, _ := sourcetest.NewPlainRegistry(t)
+	digest := plain.PushBundle(t, "bundles/mysql-operator", "v3.0.0", sample(t, "3.0.0"), nil)
+	src := &v1alpha1.OCISource{Repository: plain.Repository("bundles/mysql-operator"), Digest: digest}
+	_, err := source.FetchOCI(t.Context(), src, nil)
+	checkErr(t, err, v1alpha1.ReasonSourceUnreachable, true, "plain HTTP is refused (set spec.source.oci.insecure to allow it)")
+	src.Insecure = true
+	if got, err := source.FetchOCI(t.Context(), src, nil); err != nil || got.Format != v1alpha1.FormatBundle {
+		t.Fatalf("insecure: %v", err)
+	}
+
+	// An image pull Secret's .dockerconfigjson authenticates as its username and password.
+	auth := sourcetest.Auth{Username: user, Password: pass}
+	reg := sourcetest.NewRegistry(t, auth)
+	digest = reg.PushBundle(t, "bundles/mysql-operator", "v3.0.0", sample(t, "3.0.0"), nil)
+	dockerConfig := func(host, u, p string) []byte {
+		return []byte(`{"auths":{"` + host + `":{"auth":"` + base64.StdEncoding.EncodeToString([]byte(u+":"+p)) + `"}}}`)
+	}
+	src = &v1alpha1.OCISource{Repository: reg.Repository("bundles/mysql-operator"), Digest: digest}
+	if _, err := source.FetchOCI(t.Context(), src, &source.Credentials{CA: reg.CA(), DockerConfig: dockerConfig(reg.Host(), user, pass)}); err != nil {
+		t.Fatalf(".dockerconfigjson: %v", err)
+	}
+	_, err = source.FetchOCI(t.Context(), src, &source.Credentials{CA: reg.CA(), DockerConfig: dockerConfig("other.example.com", user, pass)})
+	checkErr(t, err, v1alpha1.ReasonSourceUnauthorized, true, "401")
+	_, err = source.FetchOCI(t.Context(), src, &source.Credentials{CA: reg.CA(), DockerConfig: []byte("{not json")})
+	checkErr(t, err, v1alpha1.ReasonCredentialsInvalid, true, ".dockerconfigjson")
+}
+
+func TestCredentialsFromSecretData(t *testing.T) {
+	cases := []struct {
+		data    map[string][]byte
+		problem string
+	}{
+		{data: map[string][]byte{"username": []byte("u"), "password": []byte("p")}},
+		{data: map[string][]byte{"token": []byte("t")}},
+		{data: map[string][]byte{"other": []byte("x")}, problem: "none of the keys username and password, token, .dockerconfigjson, ca.crt"},
+		{data: map[string][]byte{"username": []byte("u")}, problem: "only one of username and password"},
+		{data: map[string][]byte{"ca.crt": []byte("not pem")}, problem: "ca.crt holds no PEM certificate"},
+	}
+	for _, tc := range cases {
+		_, err := source.FromSecretData(tc.data)
+		if tc.problem == "" && err != nil || tc.problem != "" && (err == nil || !strings.Contains(err.Error(), tc.problem)) {
+			t.Errorf("%v: %v, want %q", tc.data, err, tc.problem)
+		}
 	}
 }

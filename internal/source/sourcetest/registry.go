@@ -7,8 +7,10 @@ import (
 	"io/fs"
 	"log"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -42,6 +44,15 @@ func NewRegistry(t testing.TB, auth Auth) *Registry {
 
 // Repository is HOST/path, as spec.source.oci.repository takes it.
 func (r *Registry) Repository(path string) string { return r.Host() + "/" + path }
+
+// NewPlainRegistry starts a registry over plain HTTP (no TLS, no auth), stopped when the test
+// ends; it returns the registry and its host (127.0.0.1:PORT).
+func NewPlainRegistry(t testing.TB) (*Registry, string) {
+	t.Helper()
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(srv.Close)
+	return &Registry{server: server{srv: srv}}, strings.TrimPrefix(srv.URL, "http://")
+}
 
 // PackageChart packages the chart folder dir as helm package does and returns the .tgz bytes.
 func PackageChart(t testing.TB, dir string) []byte {
@@ -154,7 +165,11 @@ func BundleImage(t testing.TB, dir string, labels map[string]string) v1.Image {
 // PushImage pushes img to repository path with tag and returns its digest.
 func (r *Registry) PushImage(t testing.TB, path, tag string, img v1.Image) string {
 	t.Helper()
-	ref, err := name.NewTag(r.Repository(path) + ":" + tag)
+	var opts []name.Option
+	if r.srv.TLS == nil {
+		opts = append(opts, name.Insecure)
+	}
+	ref, err := name.NewTag(r.Repository(path)+":"+tag, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +205,9 @@ func (r *Registry) Tag(t testing.TB, path, tag, digest string) {
 
 func (r *Registry) remoteOptions() []remote.Option {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.TLSClientConfig.RootCAs = r.Pool()
+	if r.srv.TLS != nil {
+		tr.TLSClientConfig.RootCAs = r.Pool()
+	}
 	auth := authn.Anonymous
 	switch {
 	case r.auth.Username != "":

@@ -75,7 +75,9 @@ func (s server) CA() []byte { return s.ca }
 func (s server) URL() string { return s.srv.URL }
 
 // Host is 127.0.0.1:PORT.
-func (s server) Host() string { return strings.TrimPrefix(s.srv.URL, "https://") }
+func (s server) Host() string {
+	return strings.TrimPrefix(strings.TrimPrefix(s.srv.URL, "https://"), "http://")
+}
 
 // Client is an HTTP client that trusts the server (and sends no credentials).
 func (s server) Client() *http.Client { return s.srv.Client() }
