@@ -61,6 +61,43 @@ const (
 	// ReasonPayloadUnavailable (Verified): the payload could not be read (missing,
 	// incomplete, its store or key unreachable).
 	ReasonPayloadUnavailable = "PayloadUnavailable"
+
+	// OperatorRelease reasons (Ready False, Stalled True) for a release that cannot be
+	// fetched, verified, rendered or stored; the message names what failed and the fix.
+
+	// ReasonSourceUnreachable: the source's server could not be reached (DNS, connection,
+	// TLS, a 5xx answer). Retried.
+	ReasonSourceUnreachable = "SourceUnreachable"
+	// ReasonSourceUnauthorized: the source refused the credentials (401/403), or needs some.
+	// Retried.
+	ReasonSourceUnauthorized = "SourceUnauthorized"
+	// ReasonSourceNotFound: the repository, chart version, tag, digest or commit does not
+	// exist at the source. Retried (it may be pushed later).
+	ReasonSourceNotFound = "SourceNotFound"
+	// ReasonCredentialsInvalid: spec.source.secretRef names a Secret that is missing or holds
+	// no usable credentials. Retried.
+	ReasonCredentialsInvalid = "CredentialsInvalid"
+	// ReasonDigestMismatch: the fetched content, or the manifests it renders to, do not
+	// match the digest the spec pins.
+	ReasonDigestMismatch = "DigestMismatch"
+	// ReasonTagMoved: spec.source.oci.tag no longer points at spec.source.oci.digest.
+	ReasonTagMoved = "TagMoved"
+	// ReasonSourceInvalid: the content is not what the spec says (a corrupt .tgz, an image
+	// that is not a bundle, a path that is not in the commit).
+	ReasonSourceInvalid = "SourceInvalid"
+	// ReasonValuesInvalid: spec.values or a ConfigMap of spec.valuesFrom is missing or not
+	// valid YAML. Retried.
+	ReasonValuesInvalid = "ValuesInvalid"
+	// ReasonRenderFailed: the chart, bundle or manifests could not be rendered or do not bind
+	// to the release (version, image).
+	ReasonRenderFailed = "RenderFailed"
+	// ReasonStoreFailed: the rendered manifests could not be stored in the hub. Retried.
+	ReasonStoreFailed = "StoreFailed"
+	// ReasonArtifactMissing: an uploaded release (no spec.source) whose manifests are not
+	// stored in the hub, e.g. applied from Git without rewind release create.
+	ReasonArtifactMissing = "ArtifactMissing"
+	// ReasonFetching (Reconciling): the controller is fetching and rendering the source.
+	ReasonFetching = "Fetching"
 )
 
 // ReasonSecretForbidden (MemberCluster): the controller may not read the member's kubeconfig

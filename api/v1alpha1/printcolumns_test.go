@@ -122,6 +122,11 @@ func TestPrinterColumns(t *testing.T) {
 	if err := c.Create(ctx, rel); err != nil {
 		t.Fatal(err)
 	}
+	rel.Status = v1alpha1.OperatorReleaseStatus{Format: v1alpha1.FormatManifests, Digest: digest,
+		Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Stored", Message: "3 manifests stored", LastTransitionTime: metav1.Now()}}}
+	if err := c.Status().Update(ctx, rel); err != nil {
+		t.Fatal(err)
+	}
 
 	cases := []struct {
 		resource, ns, name string
@@ -145,9 +150,9 @@ func TestPrinterColumns(t *testing.T) {
 			[]string{"Name", "Reachable", "Version", "Cluster ID +wide", "Message +wide", "Age"},
 			map[string]string{"Name": mc.Name, "Reachable": "True", "Version": "v1.37.2", "Cluster ID": "uid-1", "Message": "ok"}},
 		{"operatorreleases", ns, rel.Name, rel,
-			[]string{"Name", "Operator", "Version", "Image +wide", "Source", "Digest +wide", "Age"},
+			[]string{"Name", "Operator", "Version", "Image +wide", "Format", "Ready", "Digest +wide", "Message +wide", "Age"},
 			map[string]string{"Name": rel.Name, "Operator": "mysql-operator", "Version": "1.2.3", "Image": rel.Spec.Image,
-				"Source": v1alpha1.SourceManifests, "Digest": digest}},
+				"Format": v1alpha1.FormatManifests, "Ready": "True", "Digest": digest, "Message": "3 manifests stored"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.resource, func(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -42,9 +43,21 @@ func goodRelease() *v1alpha1.OperatorRelease {
 	return &v1alpha1.OperatorRelease{
 		Spec: v1alpha1.OperatorReleaseSpec{
 			Operator: "mysql-operator", Version: "1.2.3", GitCommit: commit,
-			Image: "registry.example.com/mysql-operator:" + commit, Source: v1alpha1.SourceManifests, Digest: digest,
+			Image: "registry.example.com/mysql-operator:" + commit, Format: v1alpha1.FormatManifests, Digest: digest,
 		},
 	}
+}
+
+// sourceRelease is goodRelease fetched from an OCI chart instead of uploaded, with edit applied.
+func sourceRelease(edit func(*v1alpha1.OperatorReleaseSpec)) *v1alpha1.OperatorRelease {
+	r := goodRelease()
+	r.Spec.Format, r.Spec.Digest = "", ""
+	r.Spec.Source = &v1alpha1.ReleaseSource{OCI: &v1alpha1.OCISource{
+		Repository: "registry.example.com:5000/charts/mysql-operator", Digest: digest, Tag: "1.2.3"}}
+	if edit != nil {
+		edit(&r.Spec)
+	}
+	return r
 }
 
 func goodRollout() *v1alpha1.Rollout {
@@ -82,12 +95,25 @@ func TestReleaseAndRolloutValidation(t *testing.T) {
 		{name: "release pinned by 7-hex commit prefix", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) { r.Image = "registry.example.com/op:" + commit[:7] })},
 		{name: "release pinned by digest", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) { r.Image = "registry.example.com/op@" + digest })},
 		{name: "release from a chart", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) {
-			r.Source = v1alpha1.SourceChart
+			r.Format = v1alpha1.FormatChart
 			r.Chart = &v1alpha1.ChartInfo{Name: "op", Version: "0.4.1", AppVersion: "1.2.3"}
 		})},
 		{name: "release from a bundle", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) {
-			r.Source = v1alpha1.SourceBundle
+			r.Format = v1alpha1.FormatBundle
 			r.Bundle = &v1alpha1.BundleInfo{OperatorVersion: "1.2.3", Package: "op", Channel: "stable"}
+		})},
+		{name: "release from an OCI chart", obj: sourceRelease(nil)},
+		{name: "release from a Helm repository with values", obj: sourceRelease(func(r *v1alpha1.OperatorReleaseSpec) {
+			r.Source.OCI = nil
+			r.Source.HelmRepository = &v1alpha1.HelmRepositorySource{URL: "https://charts.example.com/stable", Chart: "op", Version: "0.4.1", Digest: digest}
+			r.Source.SecretRef = &v1alpha1.LocalObjectReference{Name: "charts-auth"}
+			r.Values = &apiextensionsv1.JSON{Raw: []byte(`{"replicas":2,"image":{"pullPolicy":"Always"}}`)}
+			r.ValuesFrom = []v1alpha1.ValuesReference{{ConfigMap: "prod-values"}}
+		})},
+		{name: "release from git with an expected digest", obj: sourceRelease(func(r *v1alpha1.OperatorReleaseSpec) {
+			r.Source.OCI = nil
+			r.Source.Git = &v1alpha1.GitSource{URL: "https://git.example.com/op.git", Commit: commit, Path: "deploy/v1", Kind: v1alpha1.FormatManifests}
+			r.Digest = digest
 		})},
 		{name: "release with prerelease version", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) { r.Version = "2.0.0-rc.1+build.5" })},
 		{name: "rollout with two waves", obj: goodRollout()},
@@ -114,19 +140,64 @@ func TestReleaseAndRolloutValidation(t *testing.T) {
 		{name: "git commit not hex", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) { r.GitCommit = "zzzzzzzzz"; r.Image = "op@" + digest }), field: "spec.gitCommit", message: "lowercase hex"},
 		{name: "git commit too short", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) { r.GitCommit = "abc12"; r.Image = "op@" + digest }), field: "spec.gitCommit", message: "at least 7"},
 		{name: "chart without appVersion", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) {
-			r.Source = v1alpha1.SourceChart
+			r.Format = v1alpha1.FormatChart
 			r.Chart = &v1alpha1.ChartInfo{Name: "op", Version: "0.4.1"}
 		}), field: "spec.chart.appVersion", message: "at least 1 chars long"},
 		{name: "chart version not semver", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) {
-			r.Source = v1alpha1.SourceChart
+			r.Format = v1alpha1.FormatChart
 			r.Chart = &v1alpha1.ChartInfo{Name: "op", Version: "four", AppVersion: "1.2.3"}
 		}), field: "spec.chart.version", message: "Chart.yaml version"},
-		{name: "chart source without chart", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) { r.Source = v1alpha1.SourceChart }), field: "spec.chart", message: "required when spec.source is Chart"},
+		{name: "chart format without chart", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) { r.Format = v1alpha1.FormatChart }), field: "spec.chart", message: "required when spec.format is Chart"},
 		{name: "bundle operatorVersion not semver", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) {
-			r.Source = v1alpha1.SourceBundle
+			r.Format = v1alpha1.FormatBundle
 			r.Bundle = &v1alpha1.BundleInfo{OperatorVersion: "1.x"}
 		}), field: "spec.bundle.operatorVersion", message: "CSV spec.version"},
-		{name: "unknown source", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) { r.Source = "Kustomize" }), field: "spec.source", message: "Unsupported value"},
+		{name: "unknown format", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) { r.Format = "Kustomize" }), field: "spec.format", message: "Unsupported value"},
+		{name: "uploaded release without format", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) { r.Format = "" }), field: "spec.format", message: "spec.format (Manifests, Chart or Bundle) is required"},
+		{name: "uploaded release without digest", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) { r.Digest = "" }), field: "spec.digest", message: "spec.digest is required for a release uploaded"},
+		{name: "uploaded release with values", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) {
+			r.Values = &apiextensionsv1.JSON{Raw: []byte(`{"replicas":2}`)}
+		}), field: "spec.values", message: "apply to a release from spec.source"},
+		{name: "source with format", obj: sourceRelease(func(r *v1alpha1.OperatorReleaseSpec) { r.Format = v1alpha1.FormatChart }), field: "spec.format", message: "takes its format from the source"},
+		{name: "source with chart", obj: sourceRelease(func(r *v1alpha1.OperatorReleaseSpec) {
+			r.Chart = &v1alpha1.ChartInfo{Name: "op", Version: "0.4.1", AppVersion: "1.2.3"}
+		}), field: "spec.chart", message: "records them in status.chart"},
+		{name: "source with two kinds", obj: sourceRelease(func(r *v1alpha1.OperatorReleaseSpec) {
+			r.Source.Git = &v1alpha1.GitSource{URL: "https://git.example.com/op.git", Commit: commit, Kind: v1alpha1.FormatManifests}
+		}), field: "spec.source", message: "exactly one of oci, helmRepository and git"},
+		{name: "source with no kind", obj: sourceRelease(func(r *v1alpha1.OperatorReleaseSpec) { r.Source.OCI = nil }), field: "spec.source", message: "exactly one of oci, helmRepository and git"},
+		{name: "oci repository with scheme", obj: sourceRelease(func(r *v1alpha1.OperatorReleaseSpec) {
+			r.Source.OCI.Repository = "oci://registry.example.com/charts/op"
+		}), field: "spec.source.oci.repository", message: "without a scheme"},
+		{name: "oci repository with tag", obj: sourceRelease(func(r *v1alpha1.OperatorReleaseSpec) {
+			r.Source.OCI.Repository = "registry.example.com/charts/op:1.2.3"
+		}), field: "spec.source.oci.repository", message: "without tag or digest"},
+		{name: "oci tag without digest", obj: sourceRelease(func(r *v1alpha1.OperatorReleaseSpec) { r.Source.OCI.Digest = "" }), field: "spec.source.oci.digest", message: "a tag alone would move"},
+		{name: "oci bad tag", obj: sourceRelease(func(r *v1alpha1.OperatorReleaseSpec) { r.Source.OCI.Tag = "-x" }), field: "spec.source.oci.tag", message: "must be an OCI tag"},
+		{name: "helm repository version range", obj: sourceRelease(func(r *v1alpha1.OperatorReleaseSpec) {
+			r.Source.OCI = nil
+			r.Source.HelmRepository = &v1alpha1.HelmRepositorySource{URL: "https://charts.example.com", Chart: "op", Version: "^1.2.0", Digest: digest}
+		}), field: "spec.source.helmRepository.version", message: "ranges are not allowed"},
+		{name: "helm repository oci url", obj: sourceRelease(func(r *v1alpha1.OperatorReleaseSpec) {
+			r.Source.OCI = nil
+			r.Source.HelmRepository = &v1alpha1.HelmRepositorySource{URL: "oci://registry.example.com/charts", Chart: "op", Version: "1.2.0", Digest: digest}
+		}), field: "spec.source.helmRepository.url", message: "use spec.source.oci"},
+		{name: "git short commit", obj: sourceRelease(func(r *v1alpha1.OperatorReleaseSpec) {
+			r.Source.OCI = nil
+			r.Source.Git = &v1alpha1.GitSource{URL: "https://git.example.com/op.git", Commit: commit[:7], Kind: v1alpha1.FormatManifests}
+		}), field: "spec.source.git.commit", message: "full commit SHA"},
+		{name: "git ssh url", obj: sourceRelease(func(r *v1alpha1.OperatorReleaseSpec) {
+			r.Source.OCI = nil
+			r.Source.Git = &v1alpha1.GitSource{URL: "git@git.example.com:op.git", Commit: commit, Kind: v1alpha1.FormatManifests}
+		}), field: "spec.source.git.url", message: "ssh:// and scp-like"},
+		{name: "git path escapes", obj: sourceRelease(func(r *v1alpha1.OperatorReleaseSpec) {
+			r.Source.OCI = nil
+			r.Source.Git = &v1alpha1.GitSource{URL: "https://git.example.com/op.git", Commit: commit, Path: "deploy/../../etc", Kind: v1alpha1.FormatManifests}
+		}), field: "spec.source.git.path", message: "without .."},
+		{name: "git unknown kind", obj: sourceRelease(func(r *v1alpha1.OperatorReleaseSpec) {
+			r.Source.OCI = nil
+			r.Source.Git = &v1alpha1.GitSource{URL: "https://git.example.com/op.git", Commit: commit, Kind: "Kustomize"}
+		}), field: "spec.source.git.kind", message: "Unsupported value"},
 		{name: "digest malformed", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) { r.Digest = "md5:abc" }), field: "spec.digest", message: "sha256:<64 lowercase hex>"},
 		{name: "operator name invalid", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) { r.Operator = "MySQL_Operator" }), field: "spec.operator", message: "should match"},
 

@@ -8,9 +8,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -73,15 +75,23 @@ func (r Ref) String() string {
 }
 
 // Put stores payload in namespace under its digest. If the payload is already stored (every
-// chunk present with the right digest) nothing is written. kind labels the chunks.
-func Put(ctx context.Context, c client.Client, namespace, kind string, payload []byte) (Ref, error) {
+// chunk present with the right digest) nothing is written. kind labels the chunks. When
+// writing fails midway, the chunks this call created are deleted again, so no partial payload
+// is left behind (chunks that were there already are kept: they belong to a stored payload).
+func Put(ctx context.Context, c client.Client, namespace, kind string, payload []byte) (ref Ref, err error) {
+	var created []*corev1.Secret
+	defer func() {
+		if err != nil && len(created) > 0 {
+			err = errors.Join(err, deleteChunks(ctx, c, created))
+		}
+	}()
 	digest := Digest(payload)
 	h, _ := hexOf(digest)
 	n := (len(payload) + ChunkSize - 1) / ChunkSize
 	if n == 0 {
 		n = 1
 	}
-	ref := Ref{Namespace: namespace, Digest: digest, Chunks: n, Size: int64(len(payload))}
+	ref = Ref{Namespace: namespace, Digest: digest, Chunks: n, Size: int64(len(payload))}
 	for i := 0; i < n; i++ {
 		lo, hi := i*ChunkSize, min((i+1)*ChunkSize, len(payload))
 		part := payload[lo:hi]
@@ -110,11 +120,28 @@ func Put(ctx context.Context, c client.Client, namespace, kind string, payload [
 			Immutable: ptrTrue(),
 			Data:      map[string][]byte{dataKey: part},
 		}
-		if err := c.Create(ctx, s); err != nil && !apierrors.IsAlreadyExists(err) {
+		switch err := c.Create(ctx, s); {
+		case err == nil:
+			created = append(created, s)
+		case !apierrors.IsAlreadyExists(err):
 			return ref, fmt.Errorf("storing artifact chunk %s/%s: %w", namespace, name, err)
 		}
 	}
 	return ref, nil
+}
+
+// deleteChunks deletes the chunks a failed Put created (also when ctx is done: the cleanup
+// gets its own short deadline).
+func deleteChunks(ctx context.Context, c client.Client, chunks []*corev1.Secret) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	var errs []error
+	for _, s := range chunks {
+		if err := c.Delete(ctx, s, client.Preconditions{UID: &s.UID}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("cleaning up artifact chunk %s/%s after the failed write: %w", s.Namespace, s.Name, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Get reads the payload with digest from namespace and verifies it against the digest.

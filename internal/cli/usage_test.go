@@ -275,7 +275,7 @@ func TestUsageErrorsShowTheFix(t *testing.T) {
 		{
 			name: "no release source",
 			args: []string{"release", "create", "mysql-v1", "--operator", "mysql-operator", "--version", "1.0.0", "--git-commit", testCommit, "--image", "example.com/mysql-operator:" + testCommit},
-			want: []string{"missing one of the flags --manifests, --chart or --bundle", "--image registry.example.com/mysql-operator:3f2a9c1 --manifests ./deploy"},
+			want: []string{"missing one of the flags --manifests, --chart, --bundle, --from, --repo or --git", "--from oci://registry.example.com/charts/mysql-operator:2.0.0@sha256:"},
 		},
 	}
 	for _, tc := range cases {

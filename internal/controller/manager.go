@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/controller/operatorrelease"
 	"github.com/rewind-dev/rewind/internal/controller/rollout"
 	"github.com/rewind-dev/rewind/internal/controller/target"
 	"github.com/rewind-dev/rewind/internal/member"
@@ -152,6 +153,9 @@ func setupReconcilers(mgr ctrl.Manager, o Options) error {
 	releases := &release.Cache{}
 	if err := (&MemberClusterReconciler{Client: mgr.GetClient(), Members: members}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the MemberCluster controller: %w", err)
+	}
+	if err := (&operatorrelease.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("rewind-operatorrelease")}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the OperatorRelease controller: %w", err)
 	}
 	ro := &rollout.Reconciler{Client: mgr.GetClient(), Hub: hub, Releases: releases, Recorder: mgr.GetEventRecorder("rewind-rollout")}
 	if err := ro.SetupWithManager(mgr); err != nil {

@@ -20,6 +20,8 @@ import (
 // The secrets a namespace that holds releases and rollouts must let the controller use:
 // release manifests (read), snapshot payloads (server-side apply, list by label, delete).
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;create;patch;delete
+// Values ConfigMaps of releases reconciled from a source (read).
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get
 
 // Names of the controller's identity and roles.
 const (

@@ -3,8 +3,8 @@ package release
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
+	"io/fs"
+	"path"
 	"regexp"
 	"strings"
 
@@ -58,25 +58,37 @@ const webhookServicePort = int64(443)
 // The serving certificates OLM would generate and inject (caBundle) are not produced: the
 // manifests must get them some other way (for example cert-manager's CA injector).
 func RenderBundle(dir, namespace string) ([]*unstructured.Unstructured, *v1alpha1.BundleInfo, error) {
+	return renderBundle(dirTree(dir), namespace)
+}
+
+// RenderBundleFS is RenderBundle for the bundle at the root of fsys (fetched content, such as
+// the files of a bundle image); name says where fsys comes from in messages.
+func RenderBundleFS(fsys fs.FS, name, namespace string) ([]*unstructured.Unstructured, *v1alpha1.BundleInfo, error) {
+	return renderBundle(fsTree(fsys, name), namespace)
+}
+
+func renderBundle(t tree, namespace string) ([]*unstructured.Unstructured, *v1alpha1.BundleInfo, error) {
 	if namespace == "" {
 		return nil, nil, errors.New("rendering bundle: a namespace is required")
 	}
-	annotations, err := readBundleAnnotations(dir)
+	dir := t.name(".")
+	annotations, err := readBundleAnnotations(t)
 	if err != nil {
 		return nil, nil, err
 	}
-	manifestsDir := filepath.Join(dir, "manifests")
+	manifestsDir := "manifests"
 	if m := strings.TrimSpace(annotations[AnnotationManifests]); m != "" {
-		if !filepath.IsLocal(filepath.FromSlash(m)) {
+		clean := path.Clean(strings.TrimPrefix(strings.TrimSuffix(m, "/"), "/"))
+		if !fs.ValidPath(clean) || clean == "." || strings.HasPrefix(m, "../") || m == ".." {
 			return nil, nil, fmt.Errorf("bundle %s: annotation %s is %q, which is not a folder inside the bundle", dir, AnnotationManifests, m)
 		}
-		manifestsDir = filepath.Join(dir, filepath.FromSlash(m))
+		manifestsDir = clean
 	}
-	files, err := manifestFiles(manifestsDir)
+	files, err := manifestFiles(t, manifestsDir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("bundle %s: %w", dir, err)
 	}
-	all, err := decodeFiles(files)
+	all, err := decodeFiles(t, files)
 	if err != nil {
 		return nil, nil, fmt.Errorf("bundle %s: %w", dir, err)
 	}
@@ -93,7 +105,7 @@ func RenderBundle(dir, namespace string) ([]*unstructured.Unstructured, *v1alpha
 		objs = append(objs, o)
 	}
 	if csv == nil {
-		return nil, nil, fmt.Errorf("bundle %s: no ClusterServiceVersion (kind ClusterServiceVersion, apiVersion operators.coreos.com/v1alpha1) in %s", dir, manifestsDir)
+		return nil, nil, fmt.Errorf("bundle %s: no ClusterServiceVersion (kind ClusterServiceVersion, apiVersion operators.coreos.com/v1alpha1) in %s", dir, t.name(manifestsDir))
 	}
 
 	info := &v1alpha1.BundleInfo{
@@ -124,30 +136,31 @@ func RenderBundle(dir, namespace string) ([]*unstructured.Unstructured, *v1alpha
 }
 
 // readBundleAnnotations reads metadata/annotations.yaml and checks the media type.
-func readBundleAnnotations(dir string) (map[string]string, error) {
-	file := filepath.Join(dir, "metadata", "annotations.yaml")
-	data, err := os.ReadFile(file)
-	if errors.Is(err, os.ErrNotExist) {
-		if alt, altErr := os.ReadFile(filepath.Join(dir, "metadata", "annotations.yml")); altErr == nil {
+func readBundleAnnotations(t tree) (map[string]string, error) {
+	dir := t.name(".")
+	file := "metadata/annotations.yaml"
+	data, err := fs.ReadFile(t.fsys, file)
+	if errors.Is(err, fs.ErrNotExist) {
+		if alt, altErr := fs.ReadFile(t.fsys, "metadata/annotations.yml"); altErr == nil {
 			data, err = alt, nil
 		}
 	}
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
+		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("bundle %s: no metadata/annotations.yaml; an OLM registry+v1 bundle has manifests/ and metadata/annotations.yaml", dir)
 		}
-		return nil, fmt.Errorf("bundle %s: %w", dir, err)
+		return nil, fmt.Errorf("bundle %s: %s: %w", dir, t.name(file), unwrapPathError(err))
 	}
 	var doc struct {
 		Annotations map[string]string `json:"annotations"`
 	}
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, fmt.Errorf("bundle %s: %s: %w", dir, file, err)
+		return nil, fmt.Errorf("bundle %s: %s: %w", dir, t.name(file), err)
 	}
 	mediaType := doc.Annotations[AnnotationMediaType]
 	if mediaType != MediaTypeRegistryV1 {
 		if mediaType == "" {
-			return nil, fmt.Errorf("bundle %s: %s has no %s annotation; rewind reads %s bundles only", dir, file, AnnotationMediaType, MediaTypeRegistryV1)
+			return nil, fmt.Errorf("bundle %s: %s has no %s annotation; rewind reads %s bundles only", dir, t.name(file), AnnotationMediaType, MediaTypeRegistryV1)
 		}
 		return nil, fmt.Errorf("bundle %s: media type %q (%s) is not supported; rewind reads %s bundles only", dir, mediaType, AnnotationMediaType, MediaTypeRegistryV1)
 	}

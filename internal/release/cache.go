@@ -12,9 +12,9 @@ import (
 )
 
 // Cache keeps the manifests of recently used releases in memory. OperatorReleases are
-// immutable and their manifests content-addressed (verified against spec.digest), so an entry
-// never goes stale: it is keyed by the release's UID and digest. Callers must not modify the
-// manifests they get.
+// immutable and their manifests content-addressed (verified against their digest), so an entry
+// never goes stale: it is keyed by the release's UID and digest (ManifestDigest). Callers must
+// not modify the manifests they get.
 type Cache struct {
 	// Size bounds the releases kept (default 32).
 	Size int
@@ -30,12 +30,17 @@ type cacheEntry struct {
 }
 
 // Load reads an OperatorRelease (through c) and its manifests (from the cache, or through c).
+// A release whose manifests cannot be read yet (a release from spec.source the controller has
+// not rendered, or failed to) is a *NotReadyError: wait for it as for a release not created yet.
 func (k *Cache) Load(ctx context.Context, c client.Reader, namespace, name string) (*v1alpha1.OperatorRelease, []*unstructured.Unstructured, error) {
 	rel := &v1alpha1.OperatorRelease{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, rel); err != nil {
 		return nil, nil, getError(namespace, name, err)
 	}
-	key := string(rel.UID) + "/" + rel.Spec.Digest
+	if err := CheckReady(rel); err != nil {
+		return nil, nil, err
+	}
+	key := string(rel.UID) + "/" + ManifestDigest(rel)
 	k.mu.Lock()
 	if e, ok := k.entries[key]; ok {
 		k.lru.MoveToFront(e)

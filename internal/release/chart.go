@@ -1,16 +1,20 @@
 package release
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"path"
 	"slices"
 	"sort"
 	"strings"
 
+	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
+	"helm.sh/helm/v3/pkg/ignore"
 	"helm.sh/helm/v3/pkg/release"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -40,16 +44,114 @@ const RenderKubeVersion = "v1.37.0"
 // serve, such as monitoring.coreos.com/v1 for charts that render a ServiceMonitor only where the
 // cluster has it (Helm's --api-versions).
 func RenderChart(chartPath, valuesFile, releaseName, namespace string, apiVersions ...string) ([]*unstructured.Unstructured, *v1alpha1.ChartInfo, error) {
-	if releaseName == "" {
-		return nil, nil, errors.New("rendering chart: a release name is required")
-	}
-	if namespace == "" {
-		return nil, nil, errors.New("rendering chart: a namespace is required")
+	if err := checkRenderTarget(releaseName, namespace); err != nil {
+		return nil, nil, err
 	}
 	chrt, err := loader.Load(chartPath)
 	if err != nil {
 		return nil, nil, fmt.Errorf("loading chart %s: %w", chartPath, err)
 	}
+	values := chartutil.Values{}
+	if valuesFile != "" {
+		values, err = chartutil.ReadValuesFile(valuesFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("reading values file %s: %w", valuesFile, err)
+		}
+	}
+	return renderChart(chrt, values, releaseName, namespace, apiVersions)
+}
+
+// RenderChartArchive is RenderChart for a packaged chart (.tgz bytes, such as a chart pulled
+// from a registry or a repository) with values already read (nil for none); name says where
+// the archive comes from in messages.
+func RenderChartArchive(tgz []byte, name string, values map[string]interface{}, releaseName, namespace string, apiVersions ...string) ([]*unstructured.Unstructured, *v1alpha1.ChartInfo, error) {
+	if err := checkRenderTarget(releaseName, namespace); err != nil {
+		return nil, nil, err
+	}
+	chrt, err := loader.LoadArchive(bytes.NewReader(tgz))
+	if err != nil {
+		return nil, nil, fmt.Errorf("loading chart %s: %w", name, err)
+	}
+	return renderChart(chrt, values, releaseName, namespace, apiVersions)
+}
+
+// RenderChartFS is RenderChart for the chart folder at the root of fsys (fetched content,
+// such as a folder of a Git commit; .helmignore is honoured as helm does) with values already
+// read (nil for none); name says where fsys comes from in messages.
+func RenderChartFS(fsys fs.FS, name string, values map[string]interface{}, releaseName, namespace string, apiVersions ...string) ([]*unstructured.Unstructured, *v1alpha1.ChartInfo, error) {
+	if err := checkRenderTarget(releaseName, namespace); err != nil {
+		return nil, nil, err
+	}
+	files, err := chartFiles(fsys)
+	if err != nil {
+		return nil, nil, fmt.Errorf("loading chart %s: %w", name, err)
+	}
+	chrt, err := loader.LoadFiles(files)
+	if err != nil {
+		return nil, nil, fmt.Errorf("loading chart %s: %w", name, err)
+	}
+	return renderChart(chrt, values, releaseName, namespace, apiVersions)
+}
+
+func checkRenderTarget(releaseName, namespace string) error {
+	if releaseName == "" {
+		return errors.New("rendering chart: a release name is required")
+	}
+	if namespace == "" {
+		return errors.New("rendering chart: a namespace is required")
+	}
+	return nil
+}
+
+// chartFiles reads the files of the chart at the root of fsys as helm's loader.LoadDir does:
+// .helmignore rules (and helm's defaults) apply, a UTF-8 byte order mark is dropped.
+func chartFiles(fsys fs.FS) ([]*loader.BufferedFile, error) {
+	rules := ignore.Empty()
+	if data, err := fs.ReadFile(fsys, ignore.HelmIgnore); err == nil {
+		if rules, err = ignore.Parse(bytes.NewReader(data)); err != nil {
+			return nil, fmt.Errorf("%s: %w", ignore.HelmIgnore, err)
+		}
+	}
+	rules.AddDefaults()
+	var files []*loader.BufferedFile
+	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if p == "." {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if rules.Ignore(p, fi) {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if rules.Ignore(p, fi) {
+			return nil
+		}
+		if !fi.Mode().IsRegular() {
+			return fmt.Errorf("cannot load irregular file %s as it has file mode type bits set", p)
+		}
+		if fi.Size() > loader.MaxDecompressedFileSize {
+			return fmt.Errorf("chart file %q is larger than the maximum file size %d", p, loader.MaxDecompressedFileSize)
+		}
+		data, err := fs.ReadFile(fsys, p)
+		if err != nil {
+			return err
+		}
+		files = append(files, &loader.BufferedFile{Name: p, Data: bytes.TrimPrefix(data, []byte{0xEF, 0xBB, 0xBF})})
+		return nil
+	})
+	return files, err
+}
+
+// renderChart renders a loaded chart with values (see RenderChart).
+func renderChart(chrt *chart.Chart, values chartutil.Values, releaseName, namespace string, apiVersions []string) ([]*unstructured.Unstructured, *v1alpha1.ChartInfo, error) {
 	info := &v1alpha1.ChartInfo{
 		Name:       chrt.Metadata.Name,
 		Version:    chrt.Metadata.Version,
@@ -58,13 +160,8 @@ func RenderChart(chartPath, valuesFile, releaseName, namespace string, apiVersio
 	if info.AppVersion == "" {
 		return nil, nil, fmt.Errorf("Chart.yaml of %s has no appVersion; rewind binds the chart to the operator version through it", info.Name)
 	}
-
-	values := chartutil.Values{}
-	if valuesFile != "" {
-		values, err = chartutil.ReadValuesFile(valuesFile)
-		if err != nil {
-			return nil, nil, fmt.Errorf("reading values file %s: %w", valuesFile, err)
-		}
+	if values == nil {
+		values = chartutil.Values{}
 	}
 	if err := chartutil.ProcessDependenciesWithMerge(chrt, values); err != nil {
 		return nil, nil, fmt.Errorf("chart %s: dependencies: %w", info.Name, err)
@@ -158,4 +255,23 @@ func renderCapabilities(extra []string) *chartutil.Capabilities {
 	caps.HelmVersion.GitCommit = ""
 	caps.HelmVersion.GitTreeState = ""
 	return caps
+}
+
+// LoadChartFS loads the chart folder at the root of fsys as helm's loader.LoadDir loads a
+// folder (.helmignore honoured).
+func LoadChartFS(fsys fs.FS) (*chart.Chart, error) {
+	files, err := chartFiles(fsys)
+	if err != nil {
+		return nil, err
+	}
+	return loader.LoadFiles(files)
+}
+
+// RenderLoadedChart is RenderChart for a chart already loaded (fetched from a source), with
+// values already read (nil for none). It may change chrt (dependencies are processed in place).
+func RenderLoadedChart(chrt *chart.Chart, values map[string]interface{}, releaseName, namespace string, apiVersions ...string) ([]*unstructured.Unstructured, *v1alpha1.ChartInfo, error) {
+	if err := checkRenderTarget(releaseName, namespace); err != nil {
+		return nil, nil, err
+	}
+	return renderChart(chrt, values, releaseName, namespace, apiVersions)
 }

@@ -27,27 +27,57 @@ const (
 	Unchanged CreateResult = "unchanged"
 )
 
+// Stored says where canonical manifests are stored in the hub and what they hold.
+type Stored struct {
+	// Ref is where the manifests are.
+	Ref artifact.Ref
+	// CRDs the manifests ship.
+	CRDs []v1alpha1.CRDInfo
+	// Objects is the number of manifests.
+	Objects int32
+}
+
+// Store stores canonical manifests content-addressed in namespace (never twice; when writing
+// fails midway, nothing of them is left behind) and says what they hold. Both ways a release
+// comes to be use it: rewind release create (Create) and the OperatorRelease controller.
+func Store(ctx context.Context, c client.Client, namespace string, canonical []byte) (*Stored, error) {
+	objs, err := Parse(canonical)
+	if err != nil {
+		return nil, err
+	}
+	ref, err := artifact.Put(ctx, c, namespace, ArtifactKind, canonical)
+	if err != nil {
+		return nil, err
+	}
+	return &Stored{Ref: ref, CRDs: CRDInventory(objs), Objects: int32(len(objs))}, nil
+}
+
+// SetReady records s in status: CRD inventory, counts, artifact location and digest, and the
+// Ready condition (True, Stored) for generation; a Stalled condition is removed.
+func (s *Stored) SetReady(status *v1alpha1.OperatorReleaseStatus, generation int64) {
+	status.CRDs, status.Objects, status.Bytes = s.CRDs, s.Objects, s.Ref.Size
+	status.Artifact, status.Digest = s.Ref.String(), s.Ref.Digest
+	status.ObservedGeneration = generation
+	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
+		Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonStored,
+		Message: fmt.Sprintf("%d manifests stored at %s", s.Objects, s.Ref), ObservedGeneration: generation,
+	})
+	meta.RemoveStatusCondition(&status.Conditions, v1alpha1.ConditionStalled)
+	meta.RemoveStatusCondition(&status.Conditions, v1alpha1.ConditionReconciling)
+}
+
 // Create stores the canonical manifests content-addressed in the release's hub namespace
 // (never twice) and creates the OperatorRelease with its status (CRD inventory, counts,
 // artifact location). Creating the same release again is a no-op; a different release under
-// an existing name is an error, because releases are immutable.
+// an existing name is an error, because releases are immutable. rel is an uploaded release
+// (spec.digest and spec.format set, no spec.source).
 func Create(ctx context.Context, c client.Client, rel *v1alpha1.OperatorRelease, canonical []byte) (CreateResult, error) {
 	if got := Digest(canonical); got != rel.Spec.Digest {
 		return "", fmt.Errorf("release %s: spec.digest %s does not match the manifests (%s)", rel.Name, rel.Spec.Digest, got)
 	}
-	objs, err := Parse(canonical)
+	stored, err := Store(ctx, c, rel.Namespace, canonical)
 	if err != nil {
 		return "", err
-	}
-	ref, err := artifact.Put(ctx, c, rel.Namespace, ArtifactKind, canonical)
-	if err != nil {
-		return "", err
-	}
-	status := v1alpha1.OperatorReleaseStatus{
-		CRDs:     CRDInventory(objs),
-		Objects:  int32(len(objs)),
-		Bytes:    int64(len(canonical)),
-		Artifact: ref.String(),
 	}
 	existing := &v1alpha1.OperatorRelease{}
 	err = c.Get(ctx, client.ObjectKeyFromObject(rel), existing)
@@ -64,15 +94,12 @@ func Create(ctx context.Context, c client.Client, rel *v1alpha1.OperatorRelease,
 	default:
 		if !equality.Semantic.DeepEqual(existing.Spec, rel.Spec) {
 			return "", fmt.Errorf("OperatorRelease %s/%s already exists with a different spec (version %s, digest %s; this one: version %s, digest %s): releases are immutable, create this one under a new name",
-				rel.Namespace, rel.Name, existing.Spec.Version, existing.Spec.Digest, rel.Spec.Version, rel.Spec.Digest)
+				rel.Namespace, rel.Name, existing.Spec.Version, ManifestDigest(existing), rel.Spec.Version, rel.Spec.Digest)
 		}
 	}
 	want := existing.Status.DeepCopy()
-	want.CRDs, want.Objects, want.Bytes, want.Artifact = status.CRDs, status.Objects, status.Bytes, status.Artifact
-	meta.SetStatusCondition(&want.Conditions, metav1.Condition{
-		Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonStored,
-		Message: fmt.Sprintf("%d manifests stored at %s", len(objs), ref), ObservedGeneration: existing.Generation,
-	})
+	stored.SetReady(want, existing.Generation)
+	want.Format, want.Chart, want.Bundle = existing.Spec.Format, existing.Spec.Chart, existing.Spec.Bundle
 	if !equality.Semantic.DeepEqual(*want, existing.Status) {
 		base := existing.DeepCopy()
 		existing.Status = *want
@@ -84,7 +111,8 @@ func Create(ctx context.Context, c client.Client, rel *v1alpha1.OperatorRelease,
 	return result, nil
 }
 
-// Load reads an OperatorRelease and its manifests (verified against the digest).
+// Load reads an OperatorRelease and its manifests (verified against the digest). A release
+// whose manifests cannot be read yet is a *NotReadyError (see CheckReady).
 func Load(ctx context.Context, c client.Reader, namespace, name string) (*v1alpha1.OperatorRelease, []*unstructured.Unstructured, error) {
 	rel := &v1alpha1.OperatorRelease{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, rel); err != nil {
@@ -103,9 +131,13 @@ func getError(namespace, name string, err error) error {
 	return fmt.Errorf("reading release %s/%s: %w", namespace, name, err)
 }
 
-// Manifests reads the stored manifests of rel, verified against spec.digest.
+// Manifests reads the stored manifests of rel, verified against its digest (ManifestDigest).
+// A release whose manifests cannot be read yet is a *NotReadyError (see CheckReady).
 func Manifests(ctx context.Context, c client.Reader, rel *v1alpha1.OperatorRelease) ([]*unstructured.Unstructured, error) {
-	b, err := artifact.Get(ctx, c, rel.Namespace, rel.Spec.Digest)
+	if err := CheckReady(rel); err != nil {
+		return nil, err
+	}
+	b, err := artifact.Get(ctx, c, rel.Namespace, ManifestDigest(rel))
 	if err != nil {
 		return nil, fmt.Errorf("manifests of release %s: %w", rel.Name, err)
 	}

@@ -11,6 +11,12 @@ import (
 // container or init container of a Deployment in objs must use exactly image. Otherwise the
 // error names the Deployments and the images they use.
 func CheckImage(objs []*unstructured.Unstructured, image string) error {
+	return CheckImageField(objs, image, "--image")
+}
+
+// CheckImageField is CheckImage for an image given by field (a CLI flag such as --image, or
+// spec.image), which its errors name.
+func CheckImageField(objs []*unstructured.Unstructured, image, field string) error {
 	var found []string
 	deployments := 0
 	for _, o := range objs {
@@ -41,9 +47,9 @@ func CheckImage(objs []*unstructured.Unstructured, image string) error {
 		found = append(found, fmt.Sprintf("%s uses %s", name, strings.Join(quoteAll(images), ", ")))
 	}
 	if deployments == 0 {
-		return fmt.Errorf("the manifests have no Deployment, so no container runs --image %q; an operator release must deploy the operator", image)
+		return fmt.Errorf("the manifests have no Deployment, so no container runs %s %q; an operator release must deploy the operator", field, image)
 	}
-	return fmt.Errorf("no Deployment in the manifests runs --image %q (Deployment %s); pass the image the manifests use to --image, or fix the manifests", image, strings.Join(found, "; Deployment "))
+	return fmt.Errorf("no Deployment in the manifests runs %s %q (Deployment %s); pass the image the manifests use to %s, or fix the manifests", field, image, strings.Join(found, "; Deployment "), field)
 }
 
 func quoteAll(ss []string) []string {

@@ -60,7 +60,7 @@ spec:
 	}
 	rel := &v1alpha1.OperatorRelease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: v1alpha1.OperatorReleaseSpec{
 		Operator: "mysql-operator", Version: version, GitCommit: GitCommit, Image: OperatorImage(version),
-		Source: v1alpha1.SourceManifests, Digest: release.Digest(canonical)}}
+		Format: v1alpha1.FormatManifests, Digest: release.Digest(canonical)}}
 	_, err = release.Create(ctx, hub, rel, canonical)
 	return err
 }

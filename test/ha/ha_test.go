@@ -502,7 +502,7 @@ spec:
 		t.Fatal(err)
 	}
 	rel := &v1alpha1.OperatorRelease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: r.ns}, Spec: v1alpha1.OperatorReleaseSpec{
-		Operator: operator, Version: version, GitCommit: commit, Image: image, Source: v1alpha1.SourceManifests, Digest: release.Digest(canonical)}}
+		Operator: operator, Version: version, GitCommit: commit, Image: image, Format: v1alpha1.FormatManifests, Digest: release.Digest(canonical)}}
 	if _, err := release.Create(t.Context(), r.hub, rel, canonical); err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/rewind-dev/rewind/internal/member"
+	"github.com/rewind-dev/rewind/internal/release"
 )
 
 // record writes the member's installed-version record: the cluster runs the target release.
@@ -18,14 +19,14 @@ func (record) run(ctx context.Context, x *execution) (time.Duration, error) {
 	}
 	rec := member.Record{
 		Operator: t.Spec.Operator, Release: rel.Name, Version: rel.Spec.Version, Namespace: t.Spec.InstallNamespace,
-		Image: rel.Spec.Image, GitCommit: rel.Spec.GitCommit, Digest: rel.Spec.Digest,
+		Image: rel.Spec.Image, GitCommit: rel.Spec.GitCommit, Digest: release.ManifestDigest(rel),
 		Rollout: t.Namespace + "/" + t.Spec.Rollout, Snapshot: t.Status.Snapshot,
 	}
-	if rel.Spec.Chart != nil {
-		rec.ChartVersion = rel.Spec.Chart.Version
+	if chart := release.ChartOf(rel); chart != nil {
+		rec.ChartVersion = chart.Version
 	}
-	if rel.Spec.Bundle != nil {
-		rec.BundleVersion = rel.Spec.Bundle.OperatorVersion
+	if bundle := release.BundleOf(rel); bundle != nil {
+		rec.BundleVersion = bundle.OperatorVersion
 	}
 	return 0, member.WriteRecord(ctx, x.cl.Client, rec)
 }

@@ -1,0 +1,105 @@
+package sourcetest
+
+import (
+	"io"
+	"io/fs"
+	"net/http/cgi"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/go-git/go-billy/v5/memfs"
+	"github.com/go-git/go-billy/v5/osfs"
+	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing/cache"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/storage/filesystem"
+)
+
+// GitServer serves the bare repositories of a folder over smart HTTP (git http-backend, the
+// CGI program that ships with git, as a Git forge runs it), behind TLS and auth.
+type GitServer struct {
+	server
+	root string
+}
+
+// NewGitServer starts a Git server that requires auth, stopped when the test ends.
+func NewGitServer(t testing.TB, auth Auth) *GitServer {
+	t.Helper()
+	git, err := exec.LookPath("git")
+	if err != nil {
+		t.Fatalf("the Git server of the tests runs git http-backend: %v", err)
+	}
+	root := t.TempDir()
+	h := &cgi.Handler{Path: git, Args: []string{"http-backend"},
+		Env: []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1"}, Stderr: io.Discard}
+	return &GitServer{server: startTLS(t, auth.wrap(h)), root: root}
+}
+
+// URL of repository name (https://HOST/name.git).
+func (g *GitServer) RepoURL(name string) string { return g.URL() + "/" + name + ".git" }
+
+// Commit adds a commit to repository name (created bare when it does not exist) on branch main
+// whose tree is the files of each folder of dirs (path in the repository -> folder on disk),
+// written with go-git; it returns the commit's SHA.
+func (g *GitServer) Commit(t testing.TB, name, message string, dirs map[string]string) string {
+	t.Helper()
+	bare := filepath.Join(g.root, name+".git")
+	storage := filesystem.NewStorage(osfs.New(bare), cache.NewObjectLRUDefault())
+	work := memfs.New()
+	repo, err := git.Open(storage, work)
+	if err != nil {
+		repo, err = git.Init(storage, work)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	wt, err := repo.Worktree()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if head, err := repo.Head(); err == nil {
+		if err := wt.Checkout(&git.CheckoutOptions{Branch: head.Name(), Force: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for dest, dir := range dirs {
+		err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			rel, _ := filepath.Rel(dir, p)
+			data, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			target := filepath.ToSlash(filepath.Join(dest, rel))
+			if err := work.MkdirAll(filepath.ToSlash(filepath.Dir(target)), 0o755); err != nil {
+				return err
+			}
+			f, err := work.Create(target)
+			if err != nil {
+				return err
+			}
+			if _, err := f.Write(data); err != nil {
+				return err
+			}
+			if err := f.Close(); err != nil {
+				return err
+			}
+			_, err = wt.Add(target)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	sig := &object.Signature{Name: "rewind test", Email: "test@rewind.dev", When: time.Unix(1767225600, 0)}
+	hash, err := wt.Commit(message, &git.CommitOptions{Author: sig, Committer: sig, AllowEmptyCommits: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hash.String()
+}
