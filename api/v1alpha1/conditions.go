@@ -43,6 +43,12 @@ const (
 	ReasonAutomaticRollback     = "AutomaticRollback"
 	ReasonPaused                = "Paused"
 	ReasonAwaitingApproval      = "AwaitingApproval"
+	// ReasonReleaseNotReady (Rollout): the release is not stored yet, or its source could not
+	// be fetched, verified or rendered (see the OperatorRelease's Ready condition).
+	ReasonReleaseNotReady = "ReleaseNotReady"
+	// ReasonForbidden: the controller may not do what it needs (the message names the access
+	// and the fix).
+	ReasonForbidden = "Forbidden"
 	// ReasonBaking: a wave is done and its health is re-checked for its bake time.
 	ReasonBaking          = "Baking"
 	ReasonReleaseNotFound = "ReleaseNotFound"

@@ -44,7 +44,7 @@ func TestBadCELStallsBeforeAnyChange(t *testing.T) {
 	f.setRelease("mysql-a", func(s *v1alpha1.RolloutSpec) {
 		s.HealthGates.CEL = []v1alpha1.CELCheck{{Kind: "MySQLCluster", Expression: "self.status.(ready"}}
 	})
-	startManager(t, nil)
+	startManager(t, f.ns, nil)
 	c := f.waitCondition(v1alpha1.ConditionStalled, metav1.ConditionTrue, v1alpha1.ReasonInvalidSpec, time.Minute)
 	if !strings.Contains(c.Message, "self.status.(ready") || !strings.Contains(c.Message, "spec.healthGates.cel") {
 		t.Errorf("Stalled must name the field and the expression: %s", c.Message)
@@ -72,7 +72,7 @@ func TestBadCELStallsBeforeAnyChange(t *testing.T) {
 func TestMissingReleaseStallsThenRecovers(t *testing.T) {
 	f := newFleet(t, []v1alpha1.Wave{{Name: "one", Clusters: []string{"member1"}, MaxConcurrency: 1}})
 	f.setRelease("mysql-later", nil)
-	startManager(t, nil)
+	startManager(t, f.ns, nil)
 	c := f.waitCondition(v1alpha1.ConditionStalled, metav1.ConditionTrue, v1alpha1.ReasonReleaseNotFound, time.Minute)
 	if !strings.Contains(c.Message, `"mysql-later" not found`) {
 		t.Errorf("Stalled must name the release: %s", c.Message)
@@ -89,7 +89,7 @@ func TestApprovalsBelongToOneRevision(t *testing.T) {
 	waves := waves2()
 	waves[1].RequireApproval = true
 	f := newFleet(t, waves)
-	startManager(t, nil)
+	startManager(t, f.ns, nil)
 	f.waitPhase("mysql-a", v1alpha1.RolloutWaitingForApproval, 2*time.Minute)
 	rewind(t, f.ns, "rollout", "approve", f.name, "rest")
 	f.waitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
@@ -105,7 +105,7 @@ func TestApprovalsBelongToOneRevision(t *testing.T) {
 // The reason a person gave for one rollback is not reported for the next one.
 func TestRollbackReasonIsReportedOnce(t *testing.T) {
 	f := newFleet(t, []v1alpha1.Wave{{Name: "one", Clusters: []string{"member1"}, MaxConcurrency: 1}})
-	startManager(t, nil)
+	startManager(t, f.ns, nil)
 	f.waitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
 	f.setRelease("mysql-b", nil)
 	f.waitPhase("mysql-b", v1alpha1.RolloutSucceeded, 2*time.Minute)
@@ -132,7 +132,7 @@ func TestRollbackReasonIsReportedOnce(t *testing.T) {
 // restored, then the rollout reports Failed with that cluster's cause.
 func TestRollbackGoesOnPastAFailedRestore(t *testing.T) {
 	f := newFleet(t, []v1alpha1.Wave{{Name: "all", Clusters: []string{"member1", "member2", "member3"}, MaxConcurrency: 3}})
-	startManager(t, nil)
+	startManager(t, f.ns, nil)
 	f.waitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
 	f.populate()
 	f.setRelease("mysql-b", nil)
@@ -173,7 +173,7 @@ func TestWaveClustersRunInParallel(t *testing.T) {
 	arrived := map[string]bool{}
 	all := make(chan struct{})
 	maxTogether := 0
-	startManager(t, func(cluster, step string) bool {
+	startManager(t, f.ns, func(cluster, step string) bool {
 		if step != target.StepSnapshot {
 			return false
 		}
@@ -239,7 +239,7 @@ func TestPrecheckRefusesAKindTheMemberDoesNotServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.setRelease("mysql-monitored", func(s *v1alpha1.RolloutSpec) { s.FailurePolicy = v1alpha1.FailurePolicyPause })
-	startManager(t, nil)
+	startManager(t, f.ns, nil)
 	ro := f.waitPhase("mysql-monitored", v1alpha1.RolloutFailed, 2*time.Minute)
 	c := f.target("member1").Status
 	if c.Step != target.StepPrecheck || !strings.Contains(c.Message, "monitoring.coreos.com/v1 ServiceMonitor (API monitoring.coreos.com/v1 not found)") {

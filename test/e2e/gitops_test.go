@@ -141,7 +141,7 @@ func toLua(L *lua.LState, v any) lua.LValue {
 // and the Argo CD health check must all say clearly that it failed.
 func TestGitOpsToolNeverFightsAnAutomaticRollback(t *testing.T) {
 	f := newFleet(t, waves2())
-	startManager(t, nil)
+	startManager(t, f.ns, nil)
 	g := &gitops{release: "mysql-a"}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})

@@ -90,9 +90,11 @@ func hub(t *testing.T) client.Client {
 }
 
 // startManager runs a manager until stop is called or the test ends.
-func startManager(t *testing.T, crashAt func(cluster, step string) bool) (stop func()) {
+// The manager authenticates as the controller's shipped ServiceAccount, with the shipped RBAC
+// (enabled in the test's hub namespace ns): the suite never runs the controller as cluster-admin.
+func startManager(t *testing.T, ns string, crashAt func(cluster, step string) bool) (stop func()) {
 	t.Helper()
-	mgr, err := controller.NewManager(env.Hub.RESTConfig(), controller.Options{
+	mgr, err := controller.NewManager(testenv.ControllerConfig(t, env.Hub, ns), controller.Options{
 		MetricsAddr: "0", ProbeAddr: "0", SkipNameValidation: true, CrashAt: crashAt, GatePoll: 300 * time.Millisecond,
 	})
 	if err != nil {
@@ -359,7 +361,7 @@ func waves2() []v1alpha1.Wave {
 
 func TestWave1FailsRollsBackAndWave2NeverStarts(t *testing.T) {
 	f := newFleet(t, waves2())
-	startManager(t, nil)
+	startManager(t, f.ns, nil)
 	f.waitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
 	f.populate()
 	f.setRelease("mysql-bad", nil)
@@ -396,7 +398,7 @@ func TestWave1FailsRollsBackAndWave2NeverStarts(t *testing.T) {
 
 func TestUpgradeThenManualRollback(t *testing.T) {
 	f := newFleet(t, waves2())
-	startManager(t, nil)
+	startManager(t, f.ns, nil)
 	f.waitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
 	f.populate()
 	f.setRelease("mysql-b", nil)
@@ -432,7 +434,7 @@ func TestUpgradeThenManualRollback(t *testing.T) {
 
 func TestWave2FailsRollsBackWave1Too(t *testing.T) {
 	f := newFleet(t, waves2())
-	startManager(t, nil)
+	startManager(t, f.ns, nil)
 	f.waitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
 	f.populate()
 	// member2's node is marked, so mysql-b-picky's operator never schedules there only.
@@ -460,7 +462,7 @@ func TestWave2FailsRollsBackWave1Too(t *testing.T) {
 
 func TestMemberLostMidRollout(t *testing.T) {
 	f := newFleet(t, []v1alpha1.Wave{{Name: "all", Clusters: []string{"member1", "member2", "member3"}, MaxConcurrency: 3}})
-	startManager(t, nil)
+	startManager(t, f.ns, nil)
 	f.waitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
 	lost := env.Members[2]
 	lost.StopAPIServer()
@@ -492,7 +494,7 @@ func TestCrashAtEachStep(t *testing.T) {
 	for _, cr := range crashes {
 		t.Run(cr.path+"/"+cr.step, func(t *testing.T) {
 			f := newFleet(t, []v1alpha1.Wave{{Name: "one", Clusters: []string{"member1"}, MaxConcurrency: 1}})
-			stop := startManager(t, nil)
+			stop := startManager(t, f.ns, nil)
 			f.waitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
 			f.populate()
 			if cr.path == "rollback" {
@@ -503,7 +505,7 @@ func TestCrashAtEachStep(t *testing.T) {
 			// A manager that crashes when member1 reaches the step ...
 			var crashed sync.Once
 			hit := make(chan struct{})
-			stop = startManager(t, func(cluster, step string) bool {
+			stop = startManager(t, f.ns, func(cluster, step string) bool {
 				if cluster == "member1" && step == cr.step {
 					crashed.Do(func() { close(hit) })
 					return true
@@ -522,7 +524,7 @@ func TestCrashAtEachStep(t *testing.T) {
 			}
 			stop()
 			// ... and a fresh one finishes the job.
-			startManager(t, nil)
+			startManager(t, f.ns, nil)
 			want := v1alpha1.RolloutSucceeded
 			if cr.path == "rollback" {
 				want = v1alpha1.RolloutRolledBack
@@ -570,7 +572,7 @@ func TestApprovalPauseAndResume(t *testing.T) {
 	f := newFleet(t, waves)
 	// Paused from the start: nothing happens until it is resumed.
 	rewind(t, f.ns, "rollout", "pause", f.name)
-	startManager(t, nil)
+	startManager(t, f.ns, nil)
 	f.waitPhase("mysql-a", v1alpha1.RolloutPaused, time.Minute)
 	if p := f.phases(); p["member1"] != v1alpha1.ClusterPending || f.target("member1").Spec.Start {
 		t.Fatalf("a paused rollout must not start a cluster: %v", p)
@@ -736,7 +738,7 @@ func TestFailurePolicies(t *testing.T) {
 				waves[1].MaxConcurrency = 2
 			}
 			f := newFleet(t, waves)
-			startManager(t, nil)
+			startManager(t, f.ns, nil)
 			f.waitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
 			f.populate()
 			markNode(t)
@@ -853,7 +855,7 @@ func TestFailurePolicies(t *testing.T) {
 // removes the cause, `rewind rollback` brings member1 back.
 func TestRetriesExhaustedStalls(t *testing.T) {
 	f := newFleet(t, []v1alpha1.Wave{{Name: "one", Clusters: []string{"member1"}, MaxConcurrency: 1}})
-	startManager(t, nil)
+	startManager(t, f.ns, nil)
 	f.waitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
 	f.populate()
 	m1 := memberClient(t, env.Members[0])

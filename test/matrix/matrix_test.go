@@ -89,7 +89,8 @@ func TestVersionJumps(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(r.Stop)
-	mgr, err := controller.NewManager(env.Hub.RESTConfig(), controller.Options{MetricsAddr: "0", ProbeAddr: "0", GatePoll: 300 * time.Millisecond})
+	// The controller runs as its shipped ServiceAccount; each case enables its namespace.
+	mgr, err := controller.NewManager(testenv.ControllerConfig(t, env.Hub), controller.Options{MetricsAddr: "0", ProbeAddr: "0", GatePoll: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,6 +113,7 @@ func TestVersionJumps(t *testing.T) {
 // `rewind rollback`, and checks that m is exactly as before the upgrade.
 func jump(t *testing.T, hub client.Client, r *runner.Runner, m *testbed.Cluster, from, to string) {
 	ns := testenv.Namespace(t, env.Hub.RESTConfig())
+	rewind(t, ns, "namespace", "enable", ns)
 	dir := t.TempDir()
 	names := map[string]string{}
 	for _, v := range []string{from, to} {

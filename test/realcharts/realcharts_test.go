@@ -64,7 +64,9 @@ func setup(t *testing.T) client.Client {
 		if out, err := cli.Run(context.Background(), "clusters", "add", m.Name, "--kubeconfig", m.Kubeconfig, "--hub-kubeconfig", env.Hub.Kubeconfig); err != nil {
 			t.Fatalf("clusters add: %v\n%s", err, out)
 		}
-		mgr, err := controller.NewManager(env.Hub.RESTConfig(), controller.Options{MetricsAddr: "0", ProbeAddr: "0", GatePoll: 500 * time.Millisecond})
+		// The controller runs as its shipped ServiceAccount; each test enables its namespace as
+		// a user does (rewind namespace enable).
+		mgr, err := controller.NewManager(testenv.ControllerConfig(t, env.Hub), controller.Options{MetricsAddr: "0", ProbeAddr: "0", GatePoll: 500 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -252,6 +254,9 @@ func waitPhase(t *testing.T, c client.Client, ro *v1alpha1.Rollout, rel, phase s
 func (oc operatorChart) run(t *testing.T) {
 	hub := setup(t)
 	ns := testenv.Namespace(t, env.Hub.RESTConfig())
+	if out, err := cli.Run(t.Context(), "namespace", "enable", ns, "--kubeconfig", env.Hub.Kubeconfig); err != nil {
+		t.Fatalf("namespace enable: %v\n%s", err, out)
+	}
 	m := env.Members[0]
 	mc := testenv.Member(t, m)
 	ctx := t.Context()

@@ -66,10 +66,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	s := &scope{r: r, ro: ro, base: ro.DeepCopy()}
 	res, err := r.reconcile(ctx, s)
 	var terminal *stallError
-	if errors.As(err, &terminal) {
+	var waiting *waitError
+	switch {
+	case errors.As(err, &terminal):
 		r.stall(s, terminal.reason, terminal.Error())
 		res, err = ctrl.Result{}, nil
-	} else if err == nil {
+	case errors.As(err, &waiting):
+		s.condition(v1alpha1.ConditionReady, metav1.ConditionFalse, waiting.reason, waiting.Error())
+		s.condition(v1alpha1.ConditionReconciling, metav1.ConditionTrue, waiting.reason, waiting.Error())
+		meta.RemoveStatusCondition(&s.ro.Status.Conditions, v1alpha1.ConditionStalled)
+		res, err = ctrl.Result{}, nil
+	case err == nil:
 		// Progress: a Stalled condition from a problem that is gone no longer holds.
 		s.clearStall()
 	}
@@ -100,6 +107,19 @@ func (e *stallError) Error() string { return e.err.Error() }
 
 func stallf(reason, format string, args ...any) error {
 	return &stallError{reason: reason, err: fmt.Errorf(format, args...)}
+}
+
+// waitError is a wait for something that will happen by itself (a release being stored): no
+// error backoff, no Stalled; the change that ends it wakes the reconciler.
+type waitError struct {
+	reason string
+	err    error
+}
+
+func (e *waitError) Error() string { return e.err.Error() }
+
+func waitf(reason, format string, args ...any) error {
+	return &waitError{reason: reason, err: fmt.Errorf(format, args...)}
 }
 
 func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, error) {

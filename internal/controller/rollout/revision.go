@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/health"
 	"github.com/rewind-dev/rewind/internal/metrics"
+	"github.com/rewind-dev/rewind/internal/release"
 	"github.com/rewind-dev/rewind/internal/snapshot"
 )
 
@@ -30,8 +32,19 @@ const historyLimit = 20
 func (r *Reconciler) startRevision(ctx context.Context, s *scope, rel, automatic string) error {
 	ro := s.ro
 	if _, _, err := r.Releases.Load(ctx, r.Hub, ro.Namespace, rel); err != nil {
-		if apierrors.IsNotFound(err) {
+		var notReady *release.NotReadyError
+		switch {
+		case apierrors.IsNotFound(err):
 			return stallf(v1alpha1.ReasonReleaseNotFound, "%v", err)
+		case errors.As(err, &notReady) && notReady.Stalled:
+			// The release's controller could not fetch, verify or render it (it retries what
+			// can clear up by itself); the release's Ready condition says what to fix.
+			return stallf(v1alpha1.ReasonReleaseNotReady, "%v", err)
+		case errors.As(err, &notReady):
+			// Being fetched and stored: wait, nothing changes; its status change wakes us.
+			return waitf(v1alpha1.ReasonReleaseNotReady, "%v", err)
+		case apierrors.IsForbidden(err):
+			return stallf(v1alpha1.ReasonForbidden, "%v: the controller may not read releases in namespace %s; enable it with: rewind namespace enable %s", err, ro.Namespace, ro.Namespace)
 		}
 		return err // transient: retried with backoff
 	}

@@ -186,8 +186,12 @@ func (r *Reconciler) runStep(ctx context.Context, x *execution) (time.Duration, 
 	}
 	x.cl = cl
 	wait, err := s.run(ctx, x)
-	if err != nil && member.IsUnreachable(err) {
+	switch {
+	case err != nil && member.IsUnreachable(err):
 		return 0, terminalf("member API server %s is unreachable: %v", cl.Host(), err)
+	case apierrors.IsForbidden(err):
+		// Retrying does not grant a permission: say which one is missing, at once.
+		return 0, terminalf("%v (the controller's identity lacks this permission on the hub or on member %s: see README, Permissions)", err, x.t.Spec.Cluster)
 	}
 	return wait, err
 }
