@@ -335,6 +335,13 @@ type OperatorReleaseStatus struct {
 	// bundle the manifests were converted from (format Bundle).
 	// +optional
 	Bundle *BundleInfo `json:"bundle,omitempty"`
+	// renderInput is the digest of what the chart was rendered from (the chart, its values,
+	// the release name, namespace and API versions), stored content-addressed beside the
+	// manifests (format Chart): a Rollout renders it again with per-cluster values
+	// (spec.valuesFrom).
+	// +optional
+	// +kubebuilder:validation:MaxLength=71
+	RenderInput string `json:"renderInput,omitempty"`
 }
 
 // OperatorRelease is one immutable release of an operator: its version, pinned image, git

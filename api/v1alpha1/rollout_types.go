@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -133,6 +134,16 @@ type RolloutSpec struct {
 	// instead of every changed cluster at once.
 	// +optional
 	RollbackByWave bool `json:"rollbackByWave,omitempty"`
+	// valuesFrom overrides the Helm values of a chart release for some clusters, e.g. a
+	// region's image registry mirror. Entries apply in order to the clusters their
+	// clusterSelector matches (every cluster when it is unset), each over the release's own
+	// values and the entries before it. A cluster with overrides gets its own rendered
+	// manifests, recorded by digest on its RolloutTarget and its installed-version record, so
+	// drift checks and snapshots stay exact.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	ValuesFrom []ValuesOverride `json:"valuesFrom,omitempty"`
 	// pruneOnRollback deletes, on rollback, objects created after the snapshot; by default
 	// they are kept and reported.
 	// +optional
@@ -143,6 +154,23 @@ type RolloutSpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1000
 	SnapshotRetention int32 `json:"snapshotRetention,omitempty"`
+}
+
+// ValuesOverride is Helm values for the clusters a selector matches.
+// +kubebuilder:validation:XValidation:rule="has(self.values) != has(self.configMap)",message="set exactly one of values and configMap"
+type ValuesOverride struct {
+	// clusterSelector picks MemberClusters by label (every cluster when unset).
+	// +optional
+	ClusterSelector *metav1.LabelSelector `json:"clusterSelector,omitempty"`
+	// values are Helm values (an object).
+	// +optional
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:validation:Type=object
+	Values *apiextensionsv1.JSON `json:"values,omitempty"`
+	// configMap is a ConfigMap key (in the Rollout's namespace) holding Helm values (YAML).
+	// +optional
+	ConfigMap *ValuesReference `json:"configMap,omitempty"`
 }
 
 // Paths a cluster takes to the desired release.

@@ -49,6 +49,16 @@ type RolloutTargetSpec struct {
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	ToRelease string `json:"toRelease"`
+	// manifests is the digest of the manifests this cluster applies: its own rendering of
+	// toRelease with the Rollout's spec.valuesFrom ("" for the release's own manifests).
+	// +optional
+	// +kubebuilder:validation:MaxLength=71
+	Manifests string `json:"manifests,omitempty"`
+	// fromManifests is the digest of the manifests the cluster runs now ("" for
+	// fromRelease's own manifests).
+	// +optional
+	// +kubebuilder:validation:MaxLength=71
+	FromManifests string `json:"fromManifests,omitempty"`
 	// snapshot is, on the Restore path, the snapshot the cluster returns to; on the Upgrade
 	// path, the name the snapshot taken before the change gets.
 	// +optional

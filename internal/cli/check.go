@@ -17,6 +17,7 @@ import (
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/drift"
 	"github.com/rewind-dev/rewind/internal/member"
+	"github.com/rewind-dev/rewind/internal/release"
 )
 
 // Check statuses of one cluster.
@@ -173,7 +174,7 @@ func checkOne(ctx context.Context, hub client.Client, mc *v1alpha1.MemberCluster
 	if rec.Version != want.Spec.Version {
 		mismatch = append(mismatch, fmt.Sprintf("runs version %s, expected %s", rec.Version, want.Spec.Version))
 	}
-	if rec.Image != want.Spec.Image {
+	if rec.Image != want.Spec.Image && !sameDigest(rec.Image, want.Spec.Image) { // a mirror runs the same image
 		mismatch = append(mismatch, fmt.Sprintf("runs image %s, expected %s", rec.Image, want.Spec.Image))
 	}
 	// Drift is judged against the release the record names.
@@ -185,6 +186,14 @@ func checkOne(ctx context.Context, hub client.Client, mc *v1alpha1.MemberCluster
 			rel, objs = nil, nil
 		} else {
 			rel, objs = other, otherObjs
+		}
+	}
+	// A cluster a Rollout gave values of its own (spec.valuesFrom) runs its own rendering of
+	// the release: the record's digest names it.
+	if rel != nil && rec.Digest != "" && rec.Digest != release.ManifestDigest(rel) {
+		if objs, err = release.LoadManifests(ctx, hub, rel.Namespace, rec.Digest); err != nil {
+			mismatch = append(mismatch, fmt.Sprintf("the manifests %s the record names cannot be read, so drift cannot be checked: %v", rec.Digest, err))
+			rel = nil
 		}
 	}
 	var reasons []string
@@ -204,4 +213,11 @@ func checkOne(ctx context.Context, hub client.Client, mc *v1alpha1.MemberCluster
 		r.Status = CheckOK
 	}
 	return r
+}
+
+// sameDigest says whether two image references pin the same digest (a registry mirror).
+func sameDigest(a, b string) bool {
+	_, da, oka := strings.Cut(a, "@")
+	_, db, okb := strings.Cut(b, "@")
+	return oka && okb && da == db
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"helm.sh/helm/v3/pkg/chartutil"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -137,6 +138,16 @@ Creating the same release again is a no-op; another release under an existing na
 			if err != nil {
 				return err
 			}
+			if o.chart != "" {
+				// Kept so that a Rollout can render the chart again with per-cluster values.
+				in, err := o.renderInput(h.ns())
+				if err != nil {
+					return err
+				}
+				if err := release.StoreRenderInput(cmd.Context(), c, rel, in); err != nil {
+					return hubError(err)
+				}
+			}
 			res, err := release.Create(cmd.Context(), c, rel, canonical)
 			if err != nil {
 				return hubError(err)
@@ -192,6 +203,30 @@ func readRelease(ctx context.Context, c client.Client, ns, name string) (*v1alph
 }
 
 // render validates the flags and renders the release; nothing is sent anywhere.
+// renderInput is what --chart renders: the chart (its files, or the archive), the values file,
+// the release name, namespace and API versions.
+func (o *releaseCreateOptions) renderInput(ns string) (*release.RenderInput, error) {
+	in := &release.RenderInput{ReleaseName: o.operator, Namespace: o.installNamespace, APIVersions: o.apiVersions}
+	if in.Namespace == "" {
+		in.Namespace = o.operator + "-system"
+	}
+	if st, err := os.Stat(o.chart); err == nil && st.IsDir() {
+		if in.Files, err = release.ChartFilesFS(os.DirFS(o.chart)); err != nil {
+			return nil, fmt.Errorf("--chart %s: %w", o.chart, err)
+		}
+	} else if in.Archive, err = os.ReadFile(o.chart); err != nil {
+		return nil, fmt.Errorf("--chart %s: %w", o.chart, err)
+	}
+	if o.values != "" {
+		values, err := chartutil.ReadValuesFile(o.values)
+		if err != nil {
+			return nil, fmt.Errorf("--values %s: %w", o.values, err)
+		}
+		in.Values = values
+	}
+	return in, nil
+}
+
 func (o *releaseCreateOptions) render(name, ns string) (*v1alpha1.OperatorRelease, []byte, error) {
 	if err := o.validateCommon(name); err != nil {
 		return nil, nil, err

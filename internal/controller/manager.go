@@ -199,7 +199,7 @@ type hubReader struct {
 }
 
 func (h hubReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	if isSecret(obj) {
+	if isSecret(obj) || isConfigMap(obj) {
 		return h.reader.Get(ctx, key, obj, opts...)
 	}
 	return h.Client.Get(ctx, key, obj, opts...)
@@ -210,6 +210,16 @@ func (h hubReader) List(ctx context.Context, list client.ObjectList, opts ...cli
 		return h.reader.List(ctx, list, opts...)
 	}
 	return h.Client.List(ctx, list, opts...)
+}
+
+// isConfigMap says whether obj is a ConfigMap: values ConfigMaps are read where the
+// controller may read them (namespaces it is enabled in), never cached cluster-wide.
+func isConfigMap(obj runtime.Object) bool {
+	if _, ok := obj.(*corev1.ConfigMap); ok {
+		return true
+	}
+	gvk := obj.GetObjectKind().GroupVersionKind()
+	return gvk.Group == "" && gvk.Kind == "ConfigMap"
 }
 
 // isSecret says whether obj is a Secret or a list of them, typed, metadata-only or

@@ -53,22 +53,48 @@ func (k *Cache) Load(ctx context.Context, c client.Reader, namespace, name strin
 	if err != nil {
 		return nil, nil, err
 	}
+	k.add(key, objs)
+	return rel, objs, nil
+}
+
+// Manifests reads canonical manifests stored under digest in namespace (a cluster's own
+// rendering of a release), from the cache or through c.
+func (k *Cache) Manifests(ctx context.Context, c client.Reader, namespace, digest string) ([]*unstructured.Unstructured, error) {
+	key := "manifests/" + namespace + "/" + digest
+	k.mu.Lock()
+	if e, ok := k.entries[key]; ok {
+		k.lru.MoveToFront(e)
+		objs := e.Value.(*cacheEntry).objs
+		k.mu.Unlock()
+		return objs, nil
+	}
+	k.mu.Unlock()
+	objs, err := LoadManifests(ctx, c, namespace, digest)
+	if err != nil {
+		return nil, err
+	}
+	k.add(key, objs)
+	return objs, nil
+}
+
+// add keeps objs under key, dropping the least recently used entries beyond Size.
+func (k *Cache) add(key string, objs []*unstructured.Unstructured) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.entries == nil {
 		k.entries = map[string]*list.Element{}
 	}
-	if _, ok := k.entries[key]; !ok {
-		k.entries[key] = k.lru.PushFront(&cacheEntry{key: key, objs: objs})
-		size := k.Size
-		if size <= 0 {
-			size = 32
-		}
-		for k.lru.Len() > size {
-			old := k.lru.Back()
-			k.lru.Remove(old)
-			delete(k.entries, old.Value.(*cacheEntry).key)
-		}
+	if _, ok := k.entries[key]; ok {
+		return
 	}
-	return rel, objs, nil
+	k.entries[key] = k.lru.PushFront(&cacheEntry{key: key, objs: objs})
+	size := k.Size
+	if size <= 0 {
+		size = 32
+	}
+	for k.lru.Len() > size {
+		old := k.lru.Back()
+		k.lru.Remove(old)
+		delete(k.entries, old.Value.(*cacheEntry).key)
+	}
 }

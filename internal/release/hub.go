@@ -75,6 +75,7 @@ func Create(ctx context.Context, c client.Client, rel *v1alpha1.OperatorRelease,
 	if got := Digest(canonical); got != rel.Spec.Digest {
 		return "", fmt.Errorf("release %s: spec.digest %s does not match the manifests (%s)", rel.Name, rel.Spec.Digest, got)
 	}
+	renderInput := rel.Status.RenderInput // see StoreRenderInput
 	stored, err := Store(ctx, c, rel.Namespace, canonical)
 	if err != nil {
 		return "", err
@@ -100,6 +101,9 @@ func Create(ctx context.Context, c client.Client, rel *v1alpha1.OperatorRelease,
 	want := existing.Status.DeepCopy()
 	stored.SetReady(want, existing.Generation)
 	want.Format, want.Chart, want.Bundle = existing.Spec.Format, existing.Spec.Chart, existing.Spec.Bundle
+	if renderInput != "" {
+		want.RenderInput = renderInput
+	}
 	if !equality.Semantic.DeepEqual(*want, existing.Status) {
 		base := existing.DeepCopy()
 		existing.Status = *want

@@ -59,3 +59,33 @@ func quoteAll(ss []string) []string {
 	}
 	return out
 }
+
+// OperatorImageIn returns the image the manifests objs run for a release image: image itself
+// when a Deployment runs it; else the image a Deployment runs with the same digest (a registry
+// mirror set by per-cluster values: repository changed, content identical); else image.
+func OperatorImageIn(objs []*unstructured.Unstructured, image string) string {
+	_, digest, pinned := strings.Cut(image, "@")
+	var mirror string
+	for _, o := range objs {
+		if o == nil || o.GroupVersionKind().Group != "apps" || o.GetKind() != "Deployment" {
+			continue
+		}
+		for _, field := range []string{"initContainers", "containers"} {
+			containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", field)
+			for _, raw := range containers {
+				c, _ := raw.(map[string]interface{})
+				img, _ := c["image"].(string)
+				if img == image {
+					return image
+				}
+				if pinned && mirror == "" && strings.HasSuffix(img, "@"+digest) {
+					mirror = img
+				}
+			}
+		}
+	}
+	if mirror != "" {
+		return mirror
+	}
+	return image
+}

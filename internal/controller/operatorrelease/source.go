@@ -93,16 +93,31 @@ func (r *Reconciler) build(ctx context.Context, rel *v1alpha1.OperatorRelease) (
 	if err != nil {
 		return nil, nil, &failure{reason: v1alpha1.ReasonStoreFailed, err: fmt.Errorf("storing the manifests in namespace %s: %w", rel.Namespace, err), fix: "rewind keeps trying", retry: true}
 	}
+	if content.Format == v1alpha1.FormatChart {
+		// What the chart was rendered from, for a Rollout's per-cluster values.
+		in := &release.RenderInput{Values: values, ReleaseName: rel.Spec.Operator, Namespace: installNamespace(rel), APIVersions: rel.Spec.APIVersions}
+		for _, f := range content.Chart.Raw {
+			in.Files = append(in.Files, release.ChartFile{Name: f.Name, Data: f.Data})
+		}
+		if err := release.StoreRenderInput(ctx, r.Client, rel, in); err != nil {
+			return nil, nil, &failure{reason: v1alpha1.ReasonStoreFailed, err: err, fix: "rewind keeps trying", retry: true}
+		}
+	}
 	return stored, info, nil
 }
 
 // render renders fetched content for rel and checks it binds to the release: chart appVersion
 // or bundle operatorVersion equal to spec.version, a Deployment running spec.image.
-func render(rel *v1alpha1.OperatorRelease, content *source.Content, values map[string]interface{}) ([]*unstructured.Unstructured, *rendered, *failure) {
-	ns := rel.Spec.InstallNamespace
-	if ns == "" {
-		ns = rel.Spec.Operator + "-system"
+// installNamespace is the namespace a release from a source is rendered for.
+func installNamespace(rel *v1alpha1.OperatorRelease) string {
+	if rel.Spec.InstallNamespace != "" {
+		return rel.Spec.InstallNamespace
 	}
+	return rel.Spec.Operator + "-system"
+}
+
+func render(rel *v1alpha1.OperatorRelease, content *source.Content, values map[string]interface{}) ([]*unstructured.Unstructured, *rendered, *failure) {
+	ns := installNamespace(rel)
 	info := &rendered{format: content.Format}
 	if content.Format != v1alpha1.FormatChart && (len(values) > 0 || len(rel.Spec.APIVersions) > 0) {
 		return nil, nil, &failure{reason: v1alpha1.ReasonValuesInvalid,

@@ -20,6 +20,9 @@ type WaveCluster struct {
 type Previous struct {
 	Path, Phase, Step      string
 	FromRelease, ToRelease string
+	// FromManifests and Manifests are the digests of the cluster's own renderings of the
+	// releases ("" for the release's own manifests).
+	FromManifests, Manifests string
 	// Snapshot is the snapshot taken before the change (Upgrade) or restored (Restore).
 	Snapshot string
 }
@@ -46,6 +49,9 @@ type PlanInput struct {
 	Previous map[string]Previous
 	// Snapshots are the complete snapshots this rollout took (any cluster, any release).
 	Snapshots []SnapshotRef
+	// Manifests holds, by cluster, the digest of the cluster's own rendering of Release
+	// (spec.valuesFrom); absent: the release's own manifests.
+	Manifests map[string]string
 }
 
 // TargetPlan is what one cluster does in the revision.
@@ -55,6 +61,9 @@ type TargetPlan struct {
 	Path        string
 	FromRelease string
 	ToRelease   string
+	// Manifests and FromManifests are the digests of the cluster's own renderings of
+	// ToRelease and FromRelease ("" for the releases' own manifests).
+	Manifests, FromManifests string
 	// Snapshot is the snapshot to restore (Restore) or the name of the one to take (Upgrade).
 	Snapshot string
 	// Message explains a None path.
@@ -66,16 +75,30 @@ type TargetPlan struct {
 // anything. A cluster its previous revision left half-changed (failed or interrupted after its
 // snapshot) counts as running the release it was moving to: that is what its workloads may run.
 func (p Previous) Runs() string {
-	switch {
-	case p.Phase == v1alpha1.ClusterSucceeded, p.Phase == v1alpha1.ClusterRolledBack:
-		return p.ToRelease
-	case target.Changed(p.Path, p.Phase, p.Step):
-		if p.Path == v1alpha1.PathRestore {
-			return p.FromRelease // a restore that did not finish: still (partly) the release it left
-		}
+	if p.reached() {
 		return p.ToRelease
 	}
 	return p.FromRelease
+}
+
+// RunsManifests is Runs for the cluster's own rendering (a digest, "" for the release's own).
+func (p Previous) RunsManifests() string {
+	if p.reached() {
+		return p.Manifests
+	}
+	return p.FromManifests
+}
+
+// reached says whether the cluster runs (or partly runs) what the previous revision moved it to.
+func (p Previous) reached() bool {
+	switch {
+	case p.Phase == v1alpha1.ClusterSucceeded, p.Phase == v1alpha1.ClusterRolledBack:
+		return true
+	case target.Changed(p.Path, p.Phase, p.Step):
+		// A restore that did not finish is still (partly) the release it left.
+		return p.Path != v1alpha1.PathRestore
+	}
+	return false
 }
 
 // Plan decides each cluster's path to in.Release. It is pure: the same input always gives the
@@ -90,24 +113,27 @@ func (p Previous) Runs() string {
 func Plan(in PlanInput) []TargetPlan {
 	out := make([]TargetPlan, 0, len(in.Clusters))
 	for _, c := range in.Clusters {
-		tp := TargetPlan{Cluster: c.Name, Wave: c.Wave, ToRelease: in.Release, Path: v1alpha1.PathUpgrade, FromRelease: in.PrevRelease}
+		tp := TargetPlan{Cluster: c.Name, Wave: c.Wave, ToRelease: in.Release, Path: v1alpha1.PathUpgrade, FromRelease: in.PrevRelease,
+			Manifests: in.Manifests[c.Name]}
 		p, had := in.Previous[c.Name]
 		if had {
-			tp.FromRelease = p.Runs()
+			tp.FromRelease, tp.FromManifests = p.Runs(), p.RunsManifests()
 		}
 		changed := had && target.Changed(p.Path, p.Phase, p.Step)
 		unfinished := changed && p.Phase != v1alpha1.ClusterSucceeded && p.Phase != v1alpha1.ClusterRolledBack
 		switch {
-		case tp.FromRelease == in.Release && !unfinished && (had || in.PrevRelease == in.Release):
+		case tp.FromRelease == in.Release && tp.FromManifests == tp.Manifests && !unfinished && (had || in.PrevRelease == in.Release):
 			tp.Path = v1alpha1.PathNone
+			tp.FromManifests = ""
 			tp.Message = fmt.Sprintf("already runs %s", in.Release)
 			if had && !changed && p.ToRelease != in.Release {
 				tp.Message = fmt.Sprintf("not changed by %s: nothing to roll back", p.ToRelease)
 			}
 		case changed && p.Path == v1alpha1.PathUpgrade && p.FromRelease == in.Release && p.Snapshot != "":
-			tp.Path, tp.Snapshot, tp.FromRelease = v1alpha1.PathRestore, p.Snapshot, p.ToRelease
+			// Back exactly to what ran before the change, its own rendering included.
+			tp.Path, tp.Snapshot, tp.FromRelease, tp.FromManifests, tp.Manifests = v1alpha1.PathRestore, p.Snapshot, p.ToRelease, p.Manifests, p.FromManifests
 		case unfinished && p.Path == v1alpha1.PathRestore && p.ToRelease == in.Release && p.Snapshot != "":
-			tp.Path, tp.Snapshot, tp.FromRelease = v1alpha1.PathRestore, p.Snapshot, p.FromRelease
+			tp.Path, tp.Snapshot, tp.FromRelease, tp.FromManifests, tp.Manifests = v1alpha1.PathRestore, p.Snapshot, p.FromRelease, p.FromManifests, p.Manifests
 		default:
 			if snap := newestUnder(in.Snapshots, c.Name, in.Release); snap != "" && in.PrevRelease != "" && tp.FromRelease != in.Release {
 				tp.Path, tp.Snapshot = v1alpha1.PathRestore, snap

@@ -124,6 +124,25 @@ func TestPlan(t *testing.T) {
 			},
 		},
 		{
+			name: "a cluster whose own rendering of the release it runs changed (spec.valuesFrom) upgrades to the new rendering",
+			in: PlanInput{Release: "b", PrevRelease: "b", Clusters: one, Manifests: map[string]string{"m1": "sha256:new"},
+				Previous: map[string]Previous{"m1": {Path: upgrade, Phase: v1alpha1.ClusterSucceeded, Step: target.StepDone, FromRelease: "a", ToRelease: "b", Manifests: "sha256:old"}}},
+			want: []TargetPlan{{Cluster: "m1", Path: upgrade, FromRelease: "b", ToRelease: "b", FromManifests: "sha256:old", Manifests: "sha256:new", Snapshot: "ro-m1-r5"}},
+		},
+		{
+			name: "a cluster that runs the same rendering needs nothing",
+			in: PlanInput{Release: "b", PrevRelease: "b", Clusters: one, Manifests: map[string]string{"m1": "sha256:same"},
+				Previous: map[string]Previous{"m1": {Path: upgrade, Phase: v1alpha1.ClusterSucceeded, Step: target.StepDone, FromRelease: "a", ToRelease: "b", Manifests: "sha256:same"}}},
+			want: []TargetPlan{{Cluster: "m1", Path: none, FromRelease: "b", ToRelease: "b", Manifests: "sha256:same", Message: "already runs b"}},
+		},
+		{
+			name: "going back restores the rendering the cluster ran before the change, whatever the values say now",
+			in: PlanInput{Release: "a", PrevRelease: "b", Clusters: one, Manifests: map[string]string{"m1": "sha256:a-now"},
+				Previous: map[string]Previous{"m1": {Path: upgrade, Phase: v1alpha1.ClusterSucceeded, Step: target.StepDone, FromRelease: "a", ToRelease: "b",
+					FromManifests: "sha256:a-then", Manifests: "sha256:b", Snapshot: "ro-m1-r4"}}},
+			want: []TargetPlan{{Cluster: "m1", Path: restore, FromRelease: "b", ToRelease: "a", FromManifests: "sha256:b", Manifests: "sha256:a-then", Snapshot: "ro-m1-r4"}},
+		},
+		{
 			name: "a cluster that joins the fleet later goes from the rollout's previous release",
 			in:   PlanInput{Release: "c", PrevRelease: "b", Clusters: []WaveCluster{{Name: "new"}}},
 			want: []TargetPlan{{Cluster: "new", Path: upgrade, FromRelease: "b", ToRelease: "c", Snapshot: "ro-new-r5"}},

@@ -31,7 +31,8 @@ const historyLimit = 20
 // failure policy rolls back (spec.release is left as it is).
 func (r *Reconciler) startRevision(ctx context.Context, s *scope, rel, automatic string) error {
 	ro := s.ro
-	if _, _, err := r.Releases.Load(ctx, r.Hub, ro.Namespace, rel); err != nil {
+	relObj, _, err := r.Releases.Load(ctx, r.Hub, ro.Namespace, rel)
+	if err != nil {
 		var notReady *release.NotReadyError
 		switch {
 		case apierrors.IsNotFound(err):
@@ -55,6 +56,10 @@ func (r *Reconciler) startRevision(ctx context.Context, s *scope, rel, automatic
 	if err != nil {
 		return err
 	}
+	manifests, err := r.clusterManifests(ctx, ro, relObj, clusters)
+	if err != nil {
+		return err
+	}
 	snaps, err := r.snapshots(ctx, ro)
 	if err != nil {
 		return err
@@ -66,10 +71,11 @@ func (r *Reconciler) startRevision(ctx context.Context, s *scope, rel, automatic
 			continue // planned already (a start the controller did not finish)
 		}
 		prev[name] = Previous{Path: t.Spec.Path, Phase: phaseOf(t), Step: t.Status.Step,
-			FromRelease: t.Spec.FromRelease, ToRelease: t.Spec.ToRelease, Snapshot: snapshotOf(t)}
+			FromRelease: t.Spec.FromRelease, ToRelease: t.Spec.ToRelease, FromManifests: t.Spec.FromManifests, Manifests: t.Spec.Manifests,
+			Snapshot: snapshotOf(t)}
 	}
 	plans := Plan(PlanInput{Rollout: ro.Name, Revision: revision, Release: rel, PrevRelease: ro.Status.CurrentRelease,
-		Clusters: clusters, Previous: prev, Snapshots: snaps})
+		Clusters: clusters, Previous: prev, Snapshots: snaps, Manifests: manifests})
 	if err := r.writeTargets(ctx, s, revision, plans, automatic); err != nil {
 		return err
 	}
@@ -146,6 +152,7 @@ func (r *Reconciler) writeTargets(ctx context.Context, s *scope, revision int32,
 		spec := v1alpha1.RolloutTargetSpec{
 			Rollout: ro.Name, Cluster: p.Cluster, Revision: revision, Wave: p.Wave, Path: p.Path,
 			FromRelease: p.FromRelease, ToRelease: p.ToRelease, Snapshot: p.Snapshot,
+			Manifests: p.Manifests, FromManifests: p.FromManifests,
 			Operator: ro.Spec.Operator, InstallNamespace: ro.Spec.InstallNamespace, HealthGates: ro.Spec.HealthGates,
 			PruneOnRollback: ro.Spec.PruneOnRollback, SnapshotRetention: ro.Spec.SnapshotRetention,
 			// A cluster with nothing to do is opened at once: its executor only records it.

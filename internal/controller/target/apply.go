@@ -11,7 +11,7 @@ import (
 type applyStages []apply.Stage
 
 func (s applyStages) run(ctx context.Context, x *execution) (time.Duration, error) {
-	_, objs, err := x.release(ctx, x.t.Spec.ToRelease)
+	_, objs, err := x.to(ctx)
 	if err != nil {
 		return 0, err
 	}

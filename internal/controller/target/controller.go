@@ -310,6 +310,35 @@ func (x *execution) release(ctx context.Context, name string) (*v1alpha1.Operato
 	return x.r.Releases.Load(ctx, x.r.Hub, x.t.Namespace, name)
 }
 
+// releaseFor loads a release and the manifests a cluster runs of it: the cluster's own
+// rendering (digest, from the Rollout's spec.valuesFrom) when set, else the release's.
+func (x *execution) releaseFor(ctx context.Context, name, digest string) (*v1alpha1.OperatorRelease, []*unstructured.Unstructured, error) {
+	rel, objs, err := x.release(ctx, name)
+	if err != nil || digest == "" || digest == release.ManifestDigest(rel) {
+		return rel, objs, err
+	}
+	objs, err = x.r.Releases.Manifests(ctx, x.r.Hub, x.t.Namespace, digest)
+	return rel, objs, err
+}
+
+// to is the release the target moves to, with the manifests this cluster applies.
+func (x *execution) to(ctx context.Context) (*v1alpha1.OperatorRelease, []*unstructured.Unstructured, error) {
+	return x.releaseFor(ctx, x.t.Spec.ToRelease, x.t.Spec.Manifests)
+}
+
+// from is the release the cluster runs before the change, with its manifests on this cluster.
+func (x *execution) from(ctx context.Context) (*v1alpha1.OperatorRelease, []*unstructured.Unstructured, error) {
+	return x.releaseFor(ctx, x.t.Spec.FromRelease, x.t.Spec.FromManifests)
+}
+
+// manifestDigest is the digest of the manifests this cluster applies of the target release.
+func (x *execution) manifestDigest(rel *v1alpha1.OperatorRelease) string {
+	if x.t.Spec.Manifests != "" {
+		return x.t.Spec.Manifests
+	}
+	return release.ManifestDigest(rel)
+}
+
 func (x *execution) hub() *snapshot.Hub {
 	return &snapshot.Hub{Client: client.WithFieldOwner(readThrough{Client: x.r.Client, reader: x.r.Hub}, "rewind")}
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/rewind-dev/rewind/internal/health"
+	"github.com/rewind-dev/rewind/internal/release"
 )
 
 // healthGate waits until every gate passes on the cluster, up to the gates' timeout.
@@ -32,13 +33,13 @@ func (healthGate) run(ctx context.Context, x *execution) (time.Duration, error) 
 
 // checkHealth evaluates the gates once.
 func (x *execution) checkHealth(ctx context.Context) (health.Result, error) {
-	rel, objs, err := x.release(ctx, x.t.Spec.ToRelease)
+	rel, objs, err := x.to(ctx)
 	if err != nil {
 		return health.Result{}, err
 	}
 	g := x.t.Spec.HealthGates
 	return health.Check(ctx, x.cl, health.Target{
-		Applied: objs, Namespace: x.t.Spec.InstallNamespace, OperatorImage: rel.Spec.Image, CRDs: rel.Status.CRDs,
+		Applied: objs, Namespace: x.t.Spec.InstallNamespace, OperatorImage: release.OperatorImageIn(objs, rel.Spec.Image), CRDs: rel.Status.CRDs,
 		SkipCustomResources: g.SkipCustomResources, CEL: g.CEL,
 	})
 }

@@ -17,7 +17,7 @@ type precheck struct{}
 
 func (precheck) run(ctx context.Context, x *execution) (time.Duration, error) {
 	t := x.t
-	rel, objs, err := x.release(ctx, t.Spec.ToRelease)
+	rel, objs, err := x.to(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -32,7 +32,7 @@ func (precheck) run(ctx context.Context, x *execution) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	if rec != nil && rec.Release == t.Spec.ToRelease {
+	if rec != nil && rec.Release == t.Spec.ToRelease && (rec.Digest == "" || rec.Digest == x.manifestDigest(rel)) {
 		// Already there (an upgrade that finished but was not recorded as done): nothing to
 		// change, if nothing drifted.
 		if d, err := x.drift(ctx, rec); err == nil && len(d) == 0 {
@@ -62,9 +62,10 @@ func (precheck) run(ctx context.Context, x *execution) (time.Duration, error) {
 	return 0, nil
 }
 
-// drift compares the member with its record and the release the record names.
+// drift compares the member with its record and the release the record names, as rendered
+// for this cluster (the record's digest).
 func (x *execution) drift(ctx context.Context, rec *member.Record) ([]string, error) {
-	rel, objs, err := x.release(ctx, rec.Release)
+	rel, objs, err := x.releaseFor(ctx, rec.Release, rec.Digest)
 	if err != nil {
 		return nil, err
 	}

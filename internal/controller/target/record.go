@@ -13,13 +13,15 @@ type record struct{}
 
 func (record) run(ctx context.Context, x *execution) (time.Duration, error) {
 	t := x.t
-	rel, _, err := x.release(ctx, t.Spec.ToRelease)
+	rel, objs, err := x.to(ctx)
 	if err != nil {
 		return 0, err
 	}
+	// The image and digest this cluster runs: its own rendering's when the Rollout gave it
+	// values of its own (a registry mirror runs the same image content under another name).
 	rec := member.Record{
 		Operator: t.Spec.Operator, Release: rel.Name, Version: rel.Spec.Version, Namespace: t.Spec.InstallNamespace,
-		Image: rel.Spec.Image, GitCommit: rel.Spec.GitCommit, Digest: release.ManifestDigest(rel),
+		Image: release.OperatorImageIn(objs, rel.Spec.Image), GitCommit: rel.Spec.GitCommit, Digest: x.manifestDigest(rel),
 		Rollout: t.Namespace + "/" + t.Spec.Rollout, Snapshot: t.Status.Snapshot,
 	}
 	if chart := release.ChartOf(rel); chart != nil {

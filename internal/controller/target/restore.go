@@ -33,12 +33,12 @@ func (restoreSnapshot) run(ctx context.Context, x *execution) (time.Duration, er
 	// webhooks neutralized during the restore.
 	var current []*unstructured.Unstructured
 	if rec, err := member.ReadRecord(ctx, x.cl.Client, t.Spec.Operator); err == nil && rec != nil && rec.Release != t.Spec.ToRelease {
-		if _, objs, err := x.release(ctx, rec.Release); err == nil {
+		if _, objs, err := x.releaseFor(ctx, rec.Release, rec.Digest); err == nil {
 			current = append(current, objs...)
 		}
 	}
 	if from := t.Spec.FromRelease; from != "" && from != t.Spec.ToRelease {
-		if _, objs, err := x.release(ctx, from); err == nil {
+		if _, objs, err := x.from(ctx); err == nil {
 			current = append(current, objs...)
 		}
 	}

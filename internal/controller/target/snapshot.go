@@ -19,14 +19,14 @@ func (takeSnapshot) run(ctx context.Context, x *execution) (time.Duration, error
 	t := x.t
 	opts := snapshot.Options{Operator: t.Spec.Operator, Namespace: t.Spec.InstallNamespace}
 	if t.Spec.FromRelease != "" {
-		rel, objs, err := x.release(ctx, t.Spec.FromRelease)
+		rel, objs, err := x.from(ctx)
 		if err != nil {
 			return 0, err
 		}
 		opts.Release, opts.Version, opts.Manifests = rel.Name, rel.Spec.Version, objs
 	} else {
 		// A first install: capture what the new release would touch (usually nothing yet).
-		_, objs, err := x.release(ctx, t.Spec.ToRelease)
+		_, objs, err := x.to(ctx)
 		if err != nil {
 			return 0, err
 		}
