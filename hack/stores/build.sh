@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Builds the servers the snapshot-store tests start, from the Go modules pinned in this
+# folder's go.mod, into a cache folder keyed by their versions: versitygw (an S3-compatible
+# server; the tests run its posix backend) and local-kms (AWS KMS for awskms:// keys). A binary
+# that is already there is never rebuilt; nothing here is committed.
+#
+# Usage: hack/stores/build.sh [--print-dir]
+#   --print-dir only prints the binary folder, building nothing.
+# The cache root is $REWIND_STORES_CACHE (default: <repo>/.cache/stores).
+# Prints the binary folder as its last line.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+out_root=${REWIND_STORES_CACHE:-$root/.cache/stores}
+
+ver() { awk -v m="$1" '$1 == m && $2 ~ /^v/ {print $2; exit}' "$here/go.mod"; }
+vgw=$(ver github.com/versity/versitygw)
+kms=$(ver github.com/nsmithuk/local-kms)
+recipe=1
+key="versitygw-${vgw}_local-kms-${kms##*-}_r${recipe}"
+bin="$out_root/$key"
+if [ "${1:-}" = "--print-dir" ]; then
+	echo "$bin"
+	exit 0
+fi
+mkdir -p "$bin"
+cd "$here"
+export CGO_ENABLED=0
+
+build() { # name package
+	local name=$1 pkg=$2
+	if [ -x "$bin/$name" ]; then
+		echo "store-bins: $name is cached ($bin/$name)" >&2
+		return
+	fi
+	echo "store-bins: building $name from $pkg ..." >&2
+	local start
+	start=$(date +%s)
+	if ! go build -trimpath -ldflags="-s -w" -o "$bin/$name.tmp" "$pkg"; then
+		rm -f "$bin/$name.tmp"
+		echo "store-bins: building $name failed" >&2
+		exit 1
+	fi
+	mv "$bin/$name.tmp" "$bin/$name"
+	echo "store-bins: built $name in $(($(date +%s) - start))s" >&2
+}
+
+build versitygw github.com/versity/versitygw/cmd/versitygw
+build local-kms github.com/nsmithuk/local-kms
+echo "$bin"
