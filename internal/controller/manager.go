@@ -111,12 +111,15 @@ func setupReconcilers(mgr ctrl.Manager, o Options) error {
 	if err := tr.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the RolloutTarget controller: %w", err)
 	}
+	if err := (&SnapshotStoreReconciler{Client: hub}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the SnapshotStore controller: %w", err)
+	}
 	return nil
 }
 
 // The manager's permissions in the hub.
-// +kubebuilder:rbac:groups=rewind.dev,resources=memberclusters;operatorreleases;rollouts;rollouttargets;snapshots,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=rewind.dev,resources=memberclusters/status;operatorreleases/status;rollouts/status;rollouttargets/status;snapshots/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=rewind.dev,resources=memberclusters;operatorreleases;rollouts;rollouttargets;snapshots;snapshotstores;snapshotschedules,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=rewind.dev,resources=memberclusters/status;operatorreleases/status;rollouts/status;rollouttargets/status;snapshots/status;snapshotstores/status;snapshotschedules/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch

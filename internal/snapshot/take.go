@@ -20,6 +20,7 @@ import (
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/member"
 	"github.com/rewind-dev/rewind/internal/snapshot/payload"
+	"github.com/rewind-dev/rewind/internal/snapshot/snapstore"
 )
 
 // Labels on Snapshot objects.
@@ -43,8 +44,13 @@ type Request struct {
 	Cluster string
 	// Reason and Rollout are recorded on the Snapshot.
 	Reason, Rollout string
-	// StoreURL is where the payload goes (default secrets://<Namespace>).
+	// StoreURL is where the payload goes (default secrets://<Namespace>), with the Hub's KEK.
+	// Store, when set, overrides it.
 	StoreURL string
+	// Store is a resolved SnapshotStore (snapstore.Resolve): the payload goes to it, wrapped
+	// with its key, and, unless it is hub Secrets, a copy of the Snapshot's metadata is
+	// written next to the payload (see MetadataName) so that a new hub can import it.
+	Store *snapstore.Store
 	// Retention keeps this many snapshots per cluster and operator (default 10; <0 disables).
 	Retention int
 	// Capture says what to capture.
@@ -127,14 +133,23 @@ func (h *Hub) Take(ctx context.Context, cl *member.Cluster, r Request) (*v1alpha
 		return nil, err
 	}
 
-	kek, err := h.kek(ctx)
+	var (
+		kek   payload.KeyWrapper
+		store payload.Store
+	)
+	if r.Store != nil {
+		kek, r.StoreURL = r.Store.KEK, r.Store.URL
+		store, err = r.Store.Open(ctx)
+	} else {
+		if kek, err = h.kek(ctx); err != nil {
+			return nil, err
+		}
+		store, err = h.openStore(ctx, r.StoreURL)
+	}
 	if err != nil {
 		return nil, err
 	}
-	store, err := h.openStore(ctx, r.StoreURL)
-	if err != nil {
-		return nil, err
-	}
+	defer closeStore(store)
 	pr, pw := io.Pipe()
 	type outcome struct {
 		res *Result
@@ -194,11 +209,23 @@ func (h *Hub) Take(ctx context.Context, cl *member.Cluster, r Request) (*v1alpha
 		ClusterID:     out.res.Header.ClusterID,
 		ServerVersion: out.res.ServerVersion,
 		CapturedAt:    &now,
+		KeyID:         kek.ID(),
+	}
+	if r.Store != nil {
+		snap.Status.Store = r.Store.Name
+		snap.Status.KeyRef = r.Store.KeyRef.DeepCopy()
 	}
 	meta.SetStatusCondition(&snap.Status.Conditions, metav1.Condition{
 		Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonStored,
 		Message: fmt.Sprintf("%d CRs and %d associated objects stored", out.res.Counts.CustomResources, out.res.Counts.Associated),
 	})
+	// The payload is complete in the store; its metadata goes next to it before the Snapshot
+	// says Ready, so an imported hub finds every snapshot this hub has.
+	if r.Store != nil && r.Store.Metadata {
+		if err := putMetadata(ctx, store, snap); err != nil {
+			return nil, fmt.Errorf("storing the metadata of snapshot %s: %w", r.Name, err)
+		}
+	}
 	if err := h.Client.Status().Patch(ctx, snap, client.MergeFrom(base)); err != nil {
 		return nil, fmt.Errorf("recording Snapshot %s/%s: %w", r.Namespace, r.Name, err)
 	}
@@ -227,30 +254,99 @@ func storeOf(snap *v1alpha1.Snapshot) (string, string, error) {
 // Open streams the plaintext payload of snap. The payload is decrypted and its checksum
 // verified against both the payload's own trailer and the Snapshot's recorded checksum; a
 // mismatch is returned as an error by Read at the end of the stream.
+//
+// A snapshot taken into a SnapshotStore is read from that store (resolved by name in the
+// snapshot's namespace) with the key the snapshot records (status.keyRef), not the store's
+// current key: a rotated key leaves older snapshots readable as long as their key is. A key
+// that cannot be reached is an error naming it.
 func (h *Hub) Open(ctx context.Context, snap *v1alpha1.Snapshot) (io.ReadCloser, error) {
-	url, name, err := storeOf(snap)
+	_, name, err := storeOf(snap)
 	if err != nil {
 		return nil, err
 	}
-	store, err := h.openStore(ctx, url)
+	store, err := h.payloadStore(ctx, snap)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("snapshot %s: %w", snap.Name, err)
 	}
 	rc, err := store.Get(ctx, name)
 	if err != nil {
+		closeStore(store)
 		return nil, fmt.Errorf("snapshot %s: %w", snap.Name, err)
 	}
-	kek, err := h.kek(ctx)
+	closer := multiCloser{rc, storeCloser{store}}
+	kek, err := h.snapshotKEK(ctx, snap)
 	if err != nil {
-		rc.Close()
-		return nil, err
+		closer.Close()
+		return nil, fmt.Errorf("snapshot %s: %w", snap.Name, err)
 	}
 	r, err := payload.NewReader(ctx, rc, kek)
 	if err != nil {
-		rc.Close()
+		closer.Close()
+		if !errors.Is(err, payload.ErrCorrupted) && !errors.Is(err, payload.ErrTruncated) && !errors.Is(err, payload.ErrWrongKey) && snap.Status.Store != "" {
+			// The KMS refused or could not be reached.
+			err = &snapstore.KeyError{Key: snapstore.KeyName(snap.Namespace, snap.Status.KeyRef), Err: err}
+		}
 		return nil, fmt.Errorf("snapshot %s: %w", snap.Name, err)
 	}
-	return &verifyingReader{r: r, closer: rc, want: snap.Status.Checksum, name: snap.Name}, nil
+	return &verifyingReader{r: r, closer: closer, want: snap.Status.Checksum, name: snap.Name}, nil
+}
+
+// payloadStore opens the store that holds snap's payload.
+func (h *Hub) payloadStore(ctx context.Context, snap *v1alpha1.Snapshot) (payload.Store, error) {
+	if snap.Status.Store != "" {
+		st, err := snapstore.Get(ctx, h.Client, snap.Namespace, snap.Status.Store)
+		if err != nil {
+			return nil, err
+		}
+		rs, err := snapstore.StoreOnly(ctx, h.Client, st)
+		if err != nil {
+			return nil, err
+		}
+		return rs.Open(ctx)
+	}
+	url, _, err := storeOf(snap)
+	if err != nil {
+		return nil, err
+	}
+	return h.openStore(ctx, url)
+}
+
+// snapshotKEK opens the key snap's payload was wrapped with.
+func (h *Hub) snapshotKEK(ctx context.Context, snap *v1alpha1.Snapshot) (payload.KeyWrapper, error) {
+	if snap.Status.Store == "" || (snap.Status.KeyRef == nil && h.KEK != nil) {
+		return h.kek(ctx)
+	}
+	var creds *v1alpha1.LocalSecretReference
+	if snap.Status.KeyRef != nil && snap.Status.KeyRef.KMS != "" {
+		// A KMS key without credentials of its own uses the store's.
+		if st, err := snapstore.Get(ctx, h.Client, snap.Namespace, snap.Status.Store); err == nil {
+			creds = st.Spec.CredentialsSecretRef
+		}
+	}
+	return snapstore.OpenKey(ctx, h.Client, snap.Namespace, snap.Status.KeyRef, creds)
+}
+
+func closeStore(s payload.Store) {
+	if c, ok := s.(io.Closer); ok {
+		_ = c.Close()
+	}
+}
+
+type storeCloser struct{ s payload.Store }
+
+func (c storeCloser) Close() error {
+	closeStore(c.s)
+	return nil
+}
+
+type multiCloser []io.Closer
+
+func (m multiCloser) Close() error {
+	var errs []error
+	for _, c := range m {
+		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
 }
 
 type verifyingReader struct {
@@ -417,13 +513,19 @@ func (h *Hub) referenced(ctx context.Context, namespace string) (func(*v1alpha1.
 
 // Delete removes a snapshot's payload and then its Snapshot object.
 func (h *Hub) Delete(ctx context.Context, snap *v1alpha1.Snapshot) error {
-	if url, name, err := storeOf(snap); err == nil {
-		store, err := h.openStore(ctx, url)
+	if _, name, err := storeOf(snap); err == nil {
+		store, err := h.payloadStore(ctx, snap)
 		if err != nil {
-			return err
+			return fmt.Errorf("deleting the payload of snapshot %s: %w", snap.Name, err)
 		}
+		defer closeStore(store)
 		if err := store.Delete(ctx, name); err != nil {
 			return fmt.Errorf("deleting the payload of snapshot %s: %w", snap.Name, err)
+		}
+		if snap.Status.Store != "" {
+			if err := store.Delete(ctx, MetadataName(name)); err != nil {
+				return fmt.Errorf("deleting the metadata of snapshot %s: %w", snap.Name, err)
+			}
 		}
 	}
 	if err := h.Client.Delete(ctx, snap); err != nil && !apierrors.IsNotFound(err) {

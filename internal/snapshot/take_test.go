@@ -235,7 +235,7 @@ func TestTakeReportsTheFailureThatCameFirst(t *testing.T) {
 		store:     &failingStore{readFirst: math.MaxInt64},
 		manifests: append(captureOpts().Manifests, unknownKind),
 		want: func(err error) bool {
-			return strings.Contains(err.Error(), "Gadget, which rewind does not know how to capture") && !errors.Is(err, errStoreRead)
+			return strings.Contains(err.Error(), "does not serve example.com/v1 Gadget") && !errors.Is(err, errStoreRead)
 		},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -104,3 +104,21 @@ func (s *BlobStore) Delete(ctx context.Context, name string) error {
 
 // Close closes the bucket.
 func (s *BlobStore) Close() error { return s.bucket.Close() }
+
+// List implements Lister.
+func (s *BlobStore) List(ctx context.Context, prefix string) ([]string, error) {
+	var names []string
+	it := s.bucket.List(&blob.ListOptions{Prefix: prefix})
+	for {
+		obj, err := it.Next(ctx)
+		if err == io.EOF {
+			return names, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("payload store: listing: %w", err)
+		}
+		if !obj.IsDir {
+			names = append(names, obj.Key)
+		}
+	}
+}
