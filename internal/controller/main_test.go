@@ -9,7 +9,7 @@ import (
 	"github.com/rewind-dev/rewind/internal/testbed/testenv"
 )
 
-// env is a hub-only testbed.
+// env is a hub with one member.
 var env *testbed.Testbed
 
-func TestMain(m *testing.M) { testenv.Main(m, testbed.Options{}, &env) }
+func TestMain(m *testing.M) { testenv.Main(m, testbed.Options{Members: 1}, &env) }

@@ -114,6 +114,9 @@ func setupReconcilers(mgr ctrl.Manager, o Options) error {
 	if err := (&SnapshotStoreReconciler{Client: hub}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the SnapshotStore controller: %w", err)
 	}
+	if err := (&SnapshotScheduleReconciler{Client: hub, Members: members, Releases: releases}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the SnapshotSchedule controller: %w", err)
+	}
 	return nil
 }
 

@@ -57,6 +57,8 @@ type Request struct {
 	Capture Options
 	// Labels are added to the Snapshot's (a rollout's snapshots carry its name and revision).
 	Labels map[string]string
+	// Annotations are set on the Snapshot (a scheduled snapshot's expiry).
+	Annotations map[string]string
 }
 
 // Hub is what taking and reading snapshots needs of the hub.
@@ -119,7 +121,7 @@ func (h *Hub) Take(ctx context.Context, cl *member.Cluster, r Request) (*v1alpha
 		snap = &v1alpha1.Snapshot{
 			ObjectMeta: metav1.ObjectMeta{
 				Name: r.Name, Namespace: r.Namespace,
-				Labels: labels,
+				Labels: labels, Annotations: r.Annotations,
 			},
 			Spec: v1alpha1.SnapshotSpec{
 				Cluster: r.Cluster, Operator: r.Capture.Operator, Release: r.Capture.Release, Version: r.Capture.Version,
@@ -438,14 +440,20 @@ func (h *Hub) setCondition(ctx context.Context, snap *v1alpha1.Snapshot, cond me
 // Prune deletes the oldest snapshots of a cluster and operator beyond keep, except those a
 // Rollout references. It returns the names deleted.
 func (h *Hub) Prune(ctx context.Context, namespace, cluster, operator string, keep int) ([]string, error) {
+	return h.PruneMatching(ctx, namespace, client.MatchingLabels{LabelCluster: cluster, LabelOperator: operator}, keep)
+}
+
+// PruneMatching deletes the oldest snapshots of namespace with the labels beyond keep,
+// except those a Rollout references. It returns the names deleted.
+func (h *Hub) PruneMatching(ctx context.Context, namespace string, labels client.MatchingLabels, keep int) ([]string, error) {
 	var list v1alpha1.SnapshotList
-	if err := h.Client.List(ctx, &list, client.InNamespace(namespace), client.MatchingLabels{LabelCluster: cluster, LabelOperator: operator}); err != nil {
+	if err := h.Client.List(ctx, &list, client.InNamespace(namespace), labels); err != nil {
 		return nil, err
 	}
 	if len(list.Items) <= keep {
 		return nil, nil
 	}
-	referenced, err := h.referenced(ctx, namespace)
+	referenced, err := h.Referenced(ctx, namespace)
 	if err != nil {
 		return nil, err
 	}
@@ -479,10 +487,10 @@ func capturedAt(s *v1alpha1.Snapshot) time.Time {
 	return s.CreationTimestamp.Time
 }
 
-// referenced says which snapshots of namespace Rollouts still point to: those a RolloutTarget
+// Referenced says which snapshots of namespace Rollouts still point to: those a RolloutTarget
 // took or restores, and those of the revisions in a Rollout's history (labelled with the
-// rollout and the revision).
-func (h *Hub) referenced(ctx context.Context, namespace string) (func(*v1alpha1.Snapshot) bool, error) {
+// rollout and the revision). Such a snapshot is never deleted by retention or expiry.
+func (h *Hub) Referenced(ctx context.Context, namespace string) (func(*v1alpha1.Snapshot) bool, error) {
 	var rollouts v1alpha1.RolloutList
 	if err := h.Client.List(ctx, &rollouts, client.InNamespace(namespace)); err != nil {
 		if meta.IsNoMatchError(err) {
@@ -509,6 +517,49 @@ func (h *Hub) referenced(ctx context.Context, namespace string) (func(*v1alpha1.
 		ro, rev := s.Labels[v1alpha1.LabelRollout], s.Labels[v1alpha1.LabelRevision]
 		return names[s.Name] || (ro != "" && rev != "" && revisions[ro+"/"+rev])
 	}, nil
+}
+
+// Expire deletes the snapshots of namespace with the labels whose expiry (the annotation
+// rewind.dev/expires-at) is at or before now, except those a Rollout references. It returns
+// the names deleted and the earliest expiry still to come (zero if none).
+func (h *Hub) Expire(ctx context.Context, namespace string, labels client.MatchingLabels, now time.Time) ([]string, time.Time, error) {
+	var list v1alpha1.SnapshotList
+	if err := h.Client.List(ctx, &list, client.InNamespace(namespace), labels); err != nil {
+		return nil, time.Time{}, err
+	}
+	var referenced func(*v1alpha1.Snapshot) bool
+	var deleted []string
+	var next time.Time
+	for i := range list.Items {
+		s := &list.Items[i]
+		v, ok := s.Annotations[v1alpha1.AnnotationExpiresAt]
+		if !ok {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			continue // not ours to guess: kept
+		}
+		if at.After(now) {
+			if next.IsZero() || at.Before(next) {
+				next = at
+			}
+			continue
+		}
+		if referenced == nil {
+			if referenced, err = h.Referenced(ctx, namespace); err != nil {
+				return deleted, next, err
+			}
+		}
+		if referenced(s) {
+			continue
+		}
+		if err := h.Delete(ctx, s); err != nil {
+			return deleted, next, err
+		}
+		deleted = append(deleted, s.Name)
+	}
+	return deleted, next, nil
 }
 
 // Delete removes a snapshot's payload and then its Snapshot object.
