@@ -37,12 +37,14 @@ build() { # name package
 	echo "store-bins: building $name from $pkg ..." >&2
 	local start
 	start=$(date +%s)
-	if ! go build -trimpath -ldflags="-s -w" -o "$bin/$name.tmp" "$pkg"; then
-		rm -f "$bin/$name.tmp"
+	# A temporary name of its own: two test packages may build at once.
+	local tmp="$bin/$name.tmp.$$"
+	if ! go build -trimpath -ldflags="-s -w" -o "$tmp" "$pkg"; then
+		rm -f "$tmp"
 		echo "store-bins: building $name failed" >&2
 		exit 1
 	fi
-	mv "$bin/$name.tmp" "$bin/$name"
+	mv -f "$tmp" "$bin/$name"
 	echo "store-bins: built $name in $(($(date +%s) - start))s" >&2
 }
 
