@@ -45,7 +45,7 @@ testbed-bins: ## Build the testbed binaries (kube-apiserver, kcm, scheduler, etc
 	hack/testbed/build.sh >/dev/null
 
 .PHONY: store-bins
-store-bins: ## Build the S3 server (versitygw) and local AWS KMS (local-kms) the snapshot-store tests start, once, into .cache/stores.
+store-bins: ## Build the servers the snapshot-store tests start (versitygw, fake-gcs-server, local-kms; Azurite from npm), once, into .cache/stores.
 	hack/stores/build.sh >/dev/null
 
 .PHONY: lint

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the servers the snapshot-store tests start, from the Go modules pinned in this
 # folder's go.mod, into a cache folder keyed by their versions: versitygw (an S3-compatible
-# server; the tests run its posix backend) and local-kms (AWS KMS for awskms:// keys). A binary
+# server; the tests run its posix backend), fake-gcs-server (GCS) and local-kms (AWS KMS for
+# awskms:// keys); and installs Azurite (Azure Blob, an npm package, run with node). A binary
 # that is already there is never rebuilt; nothing here is committed.
 #
 # Usage: hack/stores/build.sh [--print-dir]
@@ -17,8 +18,10 @@ out_root=${REWIND_STORES_CACHE:-$root/.cache/stores}
 ver() { awk -v m="$1" '$1 == m && $2 ~ /^v/ {print $2; exit}' "$here/go.mod"; }
 vgw=$(ver github.com/versity/versitygw)
 kms=$(ver github.com/nsmithuk/local-kms)
-recipe=1
-key="versitygw-${vgw}_local-kms-${kms##*-}_r${recipe}"
+gcs=$(ver github.com/fsouza/fake-gcs-server)
+azurite=3.37.0
+recipe=2
+key="versitygw-${vgw}_fake-gcs-${gcs}_azurite-${azurite}_local-kms-${kms##*-}_r${recipe}"
 bin="$out_root/$key"
 if [ "${1:-}" = "--print-dir" ]; then
 	echo "$bin"
@@ -50,4 +53,19 @@ build() { # name package
 
 build versitygw github.com/versity/versitygw/cmd/versitygw
 build local-kms github.com/nsmithuk/local-kms
+build fake-gcs-server github.com/fsouza/fake-gcs-server
+
+if [ ! -x "$bin/azurite/node_modules/.bin/azurite-blob" ]; then
+	echo "store-bins: installing azurite@$azurite (npm) ..." >&2
+	tmp="$bin/azurite.tmp.$$"
+	rm -rf "$tmp"
+	mkdir -p "$tmp"
+	if ! npm install --prefix "$tmp" --no-audit --no-fund --loglevel=error "azurite@$azurite" >&2; then
+		rm -rf "$tmp"
+		echo "store-bins: installing azurite failed" >&2
+		exit 1
+	fi
+	rm -rf "$bin/azurite"
+	mv "$tmp" "$bin/azurite"
+fi
 echo "$bin"

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"testing"
 
@@ -305,5 +306,82 @@ func TestCorruptedPayloadInBucketIsRefused(t *testing.T) {
 	}
 	if cond := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionVerified); cond == nil || cond.Reason != v1alpha1.ReasonChecksumMismatch {
 		t.Fatalf("Verified condition %+v", cond)
+	}
+}
+
+// GCS (fake-gcs-server) and Azure Blob (Azurite): a snapshot goes into the bucket with its
+// metadata, verifies and loads; a store on a missing bucket is reported as BucketNotFound.
+func TestGCSAndAzureBlobStores(t *testing.T) {
+	mysqlFixture(t)
+	c := hubClient(t)
+	gcs := teststores.StartGCS(t)
+	gcs.CreateBucket(t, "rewind-gcs")
+	az := teststores.StartAzurite(t)
+	az.CreateContainer(t, "rewind-azure")
+	for _, tc := range []struct {
+		provider, bucket, endpoint string
+		// creds is the credentials Secret's data.
+		creds map[string][]byte
+		// location starts the Snapshot's location.
+		location string
+	}{
+		{provider: v1alpha1.StoreProviderGCS, bucket: "rewind-gcs", endpoint: gcs.Endpoint,
+			creds: map[string][]byte{snapstore.CredGCSServiceAccount: gcs.ServiceAccount}, location: "gs://rewind-gcs/team"},
+		{provider: v1alpha1.StoreProviderAzureBlob, bucket: "rewind-azure", endpoint: az.Endpoint,
+			creds:    map[string][]byte{snapstore.CredAzureAccountName: []byte(az.Account), snapstore.CredAzureAccountKey: []byte(az.Key)},
+			location: "azblob://rewind-azure/team"},
+	} {
+		t.Run(tc.provider, func(t *testing.T) {
+			ns := testenv.Namespace(t, env.Hub.RESTConfig())
+			if err := c.Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "creds", Namespace: ns}, Data: tc.creds}); err != nil {
+				t.Fatal(err)
+			}
+			mk := func(name, bucket string) *v1alpha1.SnapshotStore {
+				st := &v1alpha1.SnapshotStore{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: v1alpha1.SnapshotStoreSpec{
+					Provider: tc.provider, Bucket: bucket, Prefix: "team", Endpoint: tc.endpoint,
+					CredentialsSecretRef: &v1alpha1.LocalSecretReference{Name: "creds"},
+				}}
+				if err := c.Create(t.Context(), st); err != nil {
+					t.Fatal(err)
+				}
+				return st
+			}
+			s := resolve(t, c, mk("cloud", tc.bucket))
+			if err := snapstore.ProbeStore(t.Context(), s); err != nil {
+				t.Fatalf("probe: %v", err)
+			}
+			hub := &snapshot.Hub{Client: c}
+			snap, err := takeInto(t, hub, s, ns, "cloudy")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.HasPrefix(snap.Status.Location, tc.location) {
+				t.Fatalf("location %s, want %s...", snap.Status.Location, tc.location)
+			}
+			if err := hub.Verify(t.Context(), snap); err != nil {
+				t.Fatal(err)
+			}
+			if _, entries, err := hub.Load(t.Context(), snap); err != nil || len(entries) != 1001 {
+				t.Fatalf("load: %d entries, %v", len(entries), err)
+			}
+			ps, err := s.Open(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			names, err := ps.(payload.Lister).List(t.Context(), "")
+			if err != nil || !slices.Contains(names, "cloudy") || !slices.Contains(names, "cloudy.snapshot.json") {
+				t.Fatalf("the store lists %v (%v), want the payload and its metadata", names, err)
+			}
+			if err := hub.Delete(t.Context(), snap); err != nil {
+				t.Fatal(err)
+			}
+			if names, _ := ps.(payload.Lister).List(t.Context(), ""); len(names) != 0 {
+				t.Fatalf("after Delete the store still lists %v", names)
+			}
+			err = snapstore.ProbeStore(t.Context(), resolve(t, c, mk("missing", "no-such-bucket")))
+			if r := snapstore.Reason(err); r != v1alpha1.ReasonBucketNotFound {
+				t.Fatalf("probe of a missing bucket: %v, reason %s", err, r)
+			}
+		})
 	}
 }

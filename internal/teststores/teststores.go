@@ -1,6 +1,7 @@
 // Package teststores starts the real servers that snapshot-store tests run against: an
-// S3-compatible server (versitygw with its posix backend) and an AWS KMS (local-kms), both
-// built from Go modules by hack/stores/build.sh into a cache folder (never committed). Each
+// S3-compatible server (versitygw with its posix backend), a GCS emulator (fake-gcs-server)
+// and an AWS KMS (local-kms), built from Go modules, and Azurite (Azure Blob, from npm), all by
+// hack/stores/build.sh into a cache folder (never committed). Each
 // server runs in its own process group, is stopped by its process id when the test ends (or
 // dies with the test binary), and keeps its data in the test's temporary folder: nothing is
 // left behind.
@@ -10,9 +11,17 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +31,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/kms"
@@ -322,4 +332,127 @@ func randomHex(t testing.TB, n int) string {
 		t.Fatal(err)
 	}
 	return hex.EncodeToString(b)
+}
+
+// GCS is a running fake-gcs-server on 127.0.0.1 with a token endpoint for its service account.
+type GCS struct {
+	srv *server
+	// Endpoint is the JSON API base URL to give a SnapshotStore (spec.endpoint).
+	Endpoint string
+	// ServiceAccount is a service account key (JSON) whose token_uri is a local token server
+	// (fake-gcs-server takes any token): nothing leaves the machine.
+	ServiceAccount []byte
+}
+
+// StartGCS starts fake-gcs-server (in memory) for the test, stopped when the test ends.
+func StartGCS(t testing.TB) *GCS {
+	t.Helper()
+	dir, err := BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	addr := freeAddr(t)
+	host, port, _ := net.SplitHostPort(addr)
+	g := &GCS{Endpoint: "http://" + addr + "/storage/v1/", ServiceAccount: fakeServiceAccount(t)}
+	g.srv = &server{
+		name: "fake-gcs-server", bin: filepath.Join(dir, "fake-gcs-server"), addr: addr, log: filepath.Join(tmp, "fake-gcs-server.log"),
+		args: []string{"-scheme", "http", "-host", host, "-port", port, "-backend", "memory", "-public-host", addr, "-external-url", "http://" + addr, "-log-level", "warn"},
+	}
+	g.srv.start(t)
+	t.Cleanup(g.srv.stop)
+	return g
+}
+
+// CreateBucket creates a bucket through the emulator's JSON API.
+func (g *GCS) CreateBucket(t testing.TB, name string) {
+	t.Helper()
+	body := strings.NewReader(`{"name":"` + name + `"}`)
+	resp, err := http.Post(strings.TrimSuffix(g.Endpoint, "/")+"/b?project=test", "application/json", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("creating GCS bucket %s: %s %s", name, resp.Status, b)
+	}
+}
+
+// fakeServiceAccount makes a service account key with a fresh RSA key whose token_uri is a
+// local server that hands out tokens.
+func fakeServiceAccount(t testing.TB) []byte {
+	t.Helper()
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"access_token":"test-token","token_type":"Bearer","expires_in":3600}`)
+	}))
+	t.Cleanup(ts.Close)
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pemKey := pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
+	sa, err := json.Marshal(map[string]string{
+		"type": "service_account", "project_id": "test", "private_key_id": "test", "private_key": string(pemKey),
+		"client_email": "rewind@test.iam.gserviceaccount.com", "client_id": "1", "token_uri": ts.URL + "/token",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sa
+}
+
+// Azurite is a running Azurite blob service on 127.0.0.1 with one storage account.
+type Azurite struct {
+	srv *server
+	// Endpoint is the account's service URL (path style) to give a SnapshotStore.
+	Endpoint string
+	// Account and Key are the storage account's name and shared key (generated).
+	Account, Key string
+}
+
+// StartAzurite starts Azurite's blob service (telemetry off, data in the test's folder) for
+// the test, stopped when the test ends.
+func StartAzurite(t testing.TB) *Azurite {
+	t.Helper()
+	dir, err := BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	addr := freeAddr(t)
+	host, port, _ := net.SplitHostPort(addr)
+	key := make([]byte, 64)
+	if _, err := rand.Read(key); err != nil {
+		t.Fatal(err)
+	}
+	a := &Azurite{Account: "rewindtest", Key: base64.StdEncoding.EncodeToString(key)}
+	a.Endpoint = "http://" + addr + "/" + a.Account
+	a.srv = &server{
+		name: "azurite", bin: filepath.Join(dir, "azurite", "node_modules", ".bin", "azurite-blob"), addr: addr, log: filepath.Join(tmp, "azurite.log"),
+		args: []string{"--blobHost", host, "--blobPort", port, "--location", filepath.Join(tmp, "data"), "--disableTelemetry", "--skipApiVersionCheck", "--loose", "--silent"},
+		env:  []string{"AZURITE_ACCOUNTS=" + a.Account + ":" + a.Key},
+	}
+	a.srv.start(t)
+	t.Cleanup(a.srv.stop)
+	return a
+}
+
+// CreateContainer creates a blob container.
+func (a *Azurite) CreateContainer(t testing.TB, name string) {
+	t.Helper()
+	cred, err := azblob.NewSharedKeyCredential(a.Account, a.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := azblob.NewClientWithSharedKeyCredential(a.Endpoint+"/", cred, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := cl.CreateContainer(ctx, name, nil); err != nil {
+		t.Fatalf("creating container %s: %v", name, err)
+	}
 }

@@ -11,6 +11,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kms"
 	"gocloud.dev/secrets/awskms"
+	_ "gocloud.dev/secrets/azurekeyvault" // azurekeyvault:// keys (the controller's Azure identity)
+	_ "gocloud.dev/secrets/gcpkms"        // gcpkms:// keys (Application Default Credentials)
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"

@@ -13,8 +13,10 @@ import (
 	"net/http"
 	"net/url"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/smithy-go"
+	"google.golang.org/api/googleapi"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
@@ -97,6 +99,24 @@ func Reason(err error) string {
 		case "NoSuchBucket":
 			return v1alpha1.ReasonBucketNotFound
 		case "AccessDenied", "Forbidden", "InvalidAccessKeyId", "SignatureDoesNotMatch", "AllAccessDisabled", "InvalidToken", "ExpiredToken":
+			return v1alpha1.ReasonAccessDenied
+		}
+	}
+	var ge *googleapi.Error
+	if errors.As(err, &ge) {
+		switch ge.Code {
+		case http.StatusNotFound:
+			return v1alpha1.ReasonBucketNotFound
+		case http.StatusForbidden, http.StatusUnauthorized:
+			return v1alpha1.ReasonAccessDenied
+		}
+	}
+	var aze *azcore.ResponseError
+	if errors.As(err, &aze) {
+		switch {
+		case aze.ErrorCode == "ContainerNotFound":
+			return v1alpha1.ReasonBucketNotFound
+		case aze.StatusCode == http.StatusForbidden || aze.StatusCode == http.StatusUnauthorized:
 			return v1alpha1.ReasonAccessDenied
 		}
 	}

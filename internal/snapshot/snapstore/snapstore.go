@@ -15,7 +15,6 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"gocloud.dev/blob"
 	"gocloud.dev/blob/s3blob"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -234,13 +233,20 @@ func opener(ctx context.Context, c client.Client, st *v1alpha1.SnapshotStore) (s
 			if err != nil {
 				return nil, err
 			}
-			if p := strings.Trim(sp.Prefix, "/"); p != "" {
-				b = blob.PrefixedBucket(b, p+"/")
-			}
-			return payload.NewBlobStore(b, (&url.URL{Scheme: "s3", Host: sp.Bucket, Path: "/" + strings.Trim(sp.Prefix, "/")}).String())
+			return prefixed(b, "s3", sp.Bucket, sp.Prefix)
 		}, nil
+	case v1alpha1.StoreProviderGCS, v1alpha1.StoreProviderAzureBlob:
+		if sp.Bucket == "" {
+			return "", nil, fmt.Errorf("snapshot store %s/%s: spec.bucket is required for provider %s", st.Namespace, st.Name, sp.Provider)
+		}
+		open := openGCS
+		if sp.Provider == v1alpha1.StoreProviderAzureBlob {
+			open = openAzure
+		}
+		o, err := open(ctx, c, st)
+		return loc, o, err
 	default:
-		return "", nil, fmt.Errorf("snapshot store %s/%s: provider %s is not supported by this build of rewind (supported: HubSecrets, S3, Folder)", st.Namespace, st.Name, sp.Provider)
+		return "", nil, fmt.Errorf("snapshot store %s/%s: unknown provider %q (supported: HubSecrets, S3, GCS, AzureBlob, Folder)", st.Namespace, st.Name, sp.Provider)
 	}
 }
 
