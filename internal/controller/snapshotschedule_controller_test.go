@@ -3,6 +3,7 @@
 package controller
 
 import (
+	"context"
 	"os"
 	"slices"
 	"sort"
@@ -55,6 +56,15 @@ func scheduleFixture(t *testing.T, c client.Client, ns string) {
 	if err := member.WriteRecord(ctx, cl.Client, member.Record{Operator: "mysql-operator", Release: "mysql-v1", Version: "1.0.0", Namespace: "mysql-system"}); err != nil {
 		t.Fatal(err)
 	}
+	registerMember(t, c, ns)
+}
+
+// registerMember registers member1 in the hub, labelled env=test, with its kubeconfig Secret
+// in ns; it is removed when the test ends.
+func registerMember(t *testing.T, c client.Client, ns string) {
+	t.Helper()
+	ctx := t.Context()
+	m := env.Members[0]
 	kc, err := os.ReadFile(m.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +78,7 @@ func scheduleFixture(t *testing.T, c client.Client, ns string) {
 	if err := c.Create(ctx, mc); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = c.Delete(ctx, mc) })
+	t.Cleanup(func() { _ = c.Delete(context.Background(), mc) })
 }
 
 func snapshotNames(t *testing.T, c client.Client, ns string) []string {
