@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -12,6 +13,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
@@ -20,6 +22,13 @@ import (
 
 // DefaultProbeInterval is how often a SnapshotStore is probed when spec.probeInterval is unset.
 const DefaultProbeInterval = 5 * time.Minute
+
+// FinalizerSnapshotsStored keeps a SnapshotStore while Snapshots of its namespace say their
+// payload is in it: without it, they could not be read.
+const FinalizerSnapshotsStored = "rewind.dev/snapshots-stored"
+
+// ReasonInUse (SnapshotStore Ready): the store is being deleted but Snapshots still live in it.
+const ReasonInUse = "InUse"
 
 // SnapshotStoreReconciler checks each SnapshotStore periodically: a small object is written,
 // read back and deleted (Writable), and a data key is wrapped and unwrapped with its key
@@ -41,6 +50,14 @@ func (r *SnapshotStoreReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	st := &v1alpha1.SnapshotStore{}
 	if err := r.Client.Get(ctx, req.NamespacedName, st); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !st.DeletionTimestamp.IsZero() {
+		return r.deleting(ctx, st)
+	}
+	if controllerutil.AddFinalizer(st, FinalizerSnapshotsStored) {
+		if err := r.Client.Update(ctx, st); err != nil {
+			return ctrl.Result{}, fmt.Errorf("adding the finalizer: %w", err)
+		}
 	}
 	base := st.DeepCopy()
 	defer func() {
@@ -105,6 +122,40 @@ func (r *SnapshotStoreReconciler) probe(ctx context.Context, st *v1alpha1.Snapsh
 	meta.SetStatusCondition(&st.Status.Conditions, ready)
 }
 
+// deleting lets a store go once no Snapshot of its namespace is stored in it; until then it
+// says which ones hold it.
+func (r *SnapshotStoreReconciler) deleting(ctx context.Context, st *v1alpha1.SnapshotStore) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(st, FinalizerSnapshotsStored) {
+		return ctrl.Result{}, nil
+	}
+	var snaps v1alpha1.SnapshotList
+	if err := r.Client.List(ctx, &snaps, client.InNamespace(st.Namespace)); err != nil {
+		return ctrl.Result{}, err
+	}
+	var using []string
+	for _, s := range snaps.Items {
+		if s.Status.Store == st.Name && s.DeletionTimestamp.IsZero() {
+			using = append(using, s.Name)
+		}
+	}
+	if len(using) == 0 {
+		controllerutil.RemoveFinalizer(st, FinalizerSnapshotsStored)
+		return ctrl.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, st))
+	}
+	base := st.DeepCopy()
+	shown := using
+	if len(shown) > 5 {
+		shown = append(shown[:5:5], fmt.Sprintf("and %d more", len(using)-5))
+	}
+	meta.SetStatusCondition(&st.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonInUse,
+		ObservedGeneration: st.Generation,
+		Message:            fmt.Sprintf("being deleted, but %d Snapshots are stored in it (%s): delete them first (rewind snapshot list; kubectl delete snapshot NAME), or remove the finalizer %s to keep their payloads unreachable", len(using), strings.Join(shown, ", "), FinalizerSnapshotsStored)})
+	if err := r.Client.Status().Patch(ctx, st, client.MergeFrom(base)); err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: time.Minute}, nil
+}
+
 func (r *SnapshotStoreReconciler) now() time.Time {
 	if r.Now != nil {
 		return r.Now()
@@ -112,8 +163,8 @@ func (r *SnapshotStoreReconciler) now() time.Time {
 	return time.Now()
 }
 
-// SetupWithManager registers the reconciler. Only spec changes (and the periodic requeue)
-// trigger a probe, not its own status writes.
+// SetupWithManager registers the reconciler. Only spec changes and deletion (and the periodic
+// requeue) trigger a probe, not its own status writes.
 func (r *SnapshotStoreReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.SnapshotStore{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -115,4 +116,50 @@ func teststoresList(srv *teststores.S3, bucket string) ([]string, error) {
 		keys = append(keys, aws.ToString(o.Key))
 	}
 	return keys, nil
+}
+
+// A store is not deleted while Snapshots live in it.
+func TestSnapshotStoreKeptWhileSnapshotsLiveInIt(t *testing.T) {
+	c := testenv.HubClient(t, env.Hub.RESTConfig())
+	ns := testenv.Namespace(t, env.Hub.RESTConfig())
+	ctx := t.Context()
+	r := &SnapshotStoreReconciler{Client: c}
+	st := &v1alpha1.SnapshotStore{ObjectMeta: metav1.ObjectMeta{Name: "folder", Namespace: ns}, Spec: v1alpha1.SnapshotStoreSpec{
+		Provider: v1alpha1.StoreProviderFolder, Path: t.TempDir()}}
+	if err := c.Create(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(st)}
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	snap := &v1alpha1.Snapshot{ObjectMeta: metav1.ObjectMeta{Name: "kept", Namespace: ns}, Spec: v1alpha1.SnapshotSpec{Cluster: "member1", Operator: "mysql-operator"}}
+	if err := c.Create(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	base := snap.DeepCopy()
+	snap.Status.Store, snap.Status.Location = "folder", "dir:///x#kept"
+	if err := c.Status().Patch(ctx, snap, client.MergeFrom(base)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	got := &v1alpha1.SnapshotStore{}
+	if err := c.Get(ctx, req.NamespacedName, got); err != nil {
+		t.Fatalf("the store went while a Snapshot lives in it: %v", err)
+	}
+	wantCondition(t, got, v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonInUse, "1 Snapshots are stored in it (kept)")
+	if err := c.Delete(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, req.NamespacedName, got); !apierrors.IsNotFound(err) {
+		t.Fatalf("the store must go once no Snapshot lives in it: %v", err)
+	}
 }
