@@ -7,6 +7,8 @@ BIN_DIR := $(CURDIR)/bin
 # The folder the testbed binaries live in (keyed by their versions); built by `make testbed-bins`.
 TESTBED_BIN := $(shell hack/testbed/build.sh --print-dir)
 export REWIND_TESTBED_BIN := $(TESTBED_BIN)
+# The folder of the S3 server and KMS the snapshot-store tests start; built by `make store-bins`.
+export REWIND_STORES_BIN := $(shell hack/stores/build.sh --print-dir)
 # Packages run in parallel; each starts its own testbed (about 280 MB per API server).
 TEST_PARALLEL ?= 2
 TEST_TIMEOUT ?= 60m
@@ -75,6 +77,10 @@ image: ## Build the rewind-controller image without Docker: OCI layout bin/image
 testbed-bins: ## Build the testbed binaries (kube-apiserver, kcm, scheduler, etcd, kwok, kubectl) once; about 15 minutes cold.
 	hack/testbed/build.sh >/dev/null
 
+.PHONY: store-bins
+store-bins: ## Build the servers the snapshot-store tests start (versitygw, fake-gcs-server, local-kms; Azurite from npm), once, into .cache/stores.
+	hack/stores/build.sh >/dev/null
+
 .PHONY: lint
 lint: ## go vet (also with the unit tag, as make test-unit builds) and a gofmt check.
 	$(GO) vet ./...
@@ -98,7 +104,7 @@ check-monitoring: promtool ## promtool check/test rules on config/prometheus; th
 	$(GO) test -count=1 ./config/
 
 .PHONY: test
-test: testbed-bins promtool ## Run every test against real local clusters (builds the testbed binaries first).
+test: testbed-bins store-bins promtool ## Run every test against real local clusters (builds the testbed binaries first).
 	$(GO) test -p $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
 
 .PHONY: test-unit
@@ -118,5 +124,5 @@ bench-fleet: testbed-bins ## The fleet benchmark: 20 members at 50 ms round trip
 	$(GO) test ./bench/fleet/ -run '^$$' -bench . -benchtime 1x -timeout 90m | tee bench/results-fleet.txt
 
 .PHONY: bench
-bench: testbed-bins ## Run the benchmarks on the real testbed; each prints its figure next to a baseline from the same run.
+bench: testbed-bins store-bins ## Run the benchmarks on the real testbed; each prints its figure next to a baseline from the same run.
 	$(GO) test ./bench/ -run '^$$' -bench . -benchtime 1x -timeout 60m

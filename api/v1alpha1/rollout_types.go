@@ -154,6 +154,12 @@ type RolloutSpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1000
 	SnapshotRetention int32 `json:"snapshotRetention,omitempty"`
+	// snapshotStore names the SnapshotStore (same namespace) that keeps the snapshots taken
+	// before each cluster changes; empty: hub Secrets of this namespace with the hub's default
+	// key. A cluster does not start while the store is not Ready.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	SnapshotStore string `json:"snapshotStore,omitempty"`
 }
 
 // ValuesOverride is Helm values for the clusters a selector matches.

@@ -75,6 +75,11 @@ type RolloutTargetSpec struct {
 	PruneOnRollback bool `json:"pruneOnRollback,omitempty"`
 	// +optional
 	SnapshotRetention int32 `json:"snapshotRetention,omitempty"`
+	// snapshotStore is the Rollout's spec.snapshotStore: the SnapshotStore the snapshot step
+	// writes to ("" for hub Secrets with the default key).
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	SnapshotStore string `json:"snapshotStore,omitempty"`
 	// start says the Rollout opened the change: until then the target stays Pending. Set
 	// back to false (the Rollout is paused), a target in progress holds before its next step.
 	// +optional

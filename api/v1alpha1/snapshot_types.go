@@ -76,6 +76,18 @@ type SnapshotStatus struct {
 	// capturedAt is when the capture finished.
 	// +optional
 	CapturedAt *metav1.Time `json:"capturedAt,omitempty"`
+	// store is the SnapshotStore (same namespace) that holds the payload; empty for a payload
+	// written to a store URL (location) directly.
+	// +optional
+	Store string `json:"store,omitempty"`
+	// keyID identifies the key-encryption key that wrapped the payload's data key (the payload
+	// records it too). Not secret.
+	// +optional
+	KeyID string `json:"keyID,omitempty"`
+	// keyRef is that key, as the store named it when the snapshot was taken; the payload is
+	// read with it even after the store's key is rotated. Empty: the hub's default key.
+	// +optional
+	KeyRef *SnapshotKeyRef `json:"keyRef,omitempty"`
 }
 
 // Snapshot is one capture of one operator's state on one member cluster: metadata only; the

@@ -3,6 +3,7 @@
 package v1alpha1_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -273,4 +274,41 @@ func ro(mut func(*v1alpha1.RolloutSpec)) *v1alpha1.Rollout {
 	r := goodRollout()
 	mut(&r.Spec)
 	return r
+}
+
+func TestSnapshotStoreAndScheduleValidation(t *testing.T) {
+	c := hub(t)
+	ns := testenv.Namespace(t, env.Hub.RESTConfig())
+	store := func(spec v1alpha1.SnapshotStoreSpec) client.Object {
+		return &v1alpha1.SnapshotStore{Spec: spec}
+	}
+	for i, tc := range []struct {
+		// obj is sent to the API server.
+		obj client.Object
+		// message must appear in the rejection; empty means the object is accepted.
+		message string
+	}{
+		{obj: store(v1alpha1.SnapshotStoreSpec{})},
+		{obj: store(v1alpha1.SnapshotStoreSpec{Provider: "S3", Bucket: "b", Endpoint: "http://127.0.0.1:9000", KeyRef: &v1alpha1.SnapshotKeyRef{KMS: "awskms://alias/k?region=eu-west-1"}})},
+		{obj: store(v1alpha1.SnapshotStoreSpec{Provider: "Folder", Path: "/var/backups", KeyRef: &v1alpha1.SnapshotKeyRef{SecretRef: &v1alpha1.SecretKeyReference{Name: "k"}}})},
+		{obj: store(v1alpha1.SnapshotStoreSpec{Provider: "S3"}), message: "bucket is required for providers S3, GCS and AzureBlob"},
+		{obj: store(v1alpha1.SnapshotStoreSpec{Provider: "Folder"}), message: "path is required for provider Folder"},
+		{obj: store(v1alpha1.SnapshotStoreSpec{Provider: "HubSecrets", Bucket: "b"}), message: "leave bucket, endpoint and path unset"},
+		{obj: store(v1alpha1.SnapshotStoreSpec{Provider: "Tape"}), message: "spec.provider"},
+		{obj: store(v1alpha1.SnapshotStoreSpec{KeyRef: &v1alpha1.SnapshotKeyRef{}}), message: "set exactly one of kms"},
+		{obj: store(v1alpha1.SnapshotStoreSpec{KeyRef: &v1alpha1.SnapshotKeyRef{KMS: "base64key://c2VjcmV0"}}), message: "spec.keyRef.kms"},
+		{obj: store(v1alpha1.SnapshotStoreSpec{Provider: "S3", Bucket: "b", Endpoint: "minio:9000"}), message: "spec.endpoint"},
+		{obj: &v1alpha1.SnapshotSchedule{Spec: v1alpha1.SnapshotScheduleSpec{Schedule: "@hourly", Operator: "mysql-operator", Retention: 0}}},
+		{obj: &v1alpha1.SnapshotSchedule{Spec: v1alpha1.SnapshotScheduleSpec{Schedule: "", Operator: "mysql-operator"}}, message: "spec.schedule"},
+	} {
+		tc.obj.SetNamespace(ns)
+		tc.obj.SetName(fmt.Sprintf("v-%d", i))
+		err := c.Create(t.Context(), tc.obj)
+		switch {
+		case tc.message == "" && err != nil:
+			t.Errorf("case %d must be accepted: %v", i, err)
+		case tc.message != "" && (err == nil || !strings.Contains(err.Error(), tc.message)):
+			t.Errorf("case %d: error %v, want one containing %q", i, err, tc.message)
+		}
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/member"
 	"github.com/rewind-dev/rewind/internal/snapshot"
+	"github.com/rewind-dev/rewind/internal/snapshot/snapstore"
 )
 
 func newSnapshotCommand(h *hubFlags) *cobra.Command {
@@ -29,7 +30,7 @@ custom resource with its status, and the associated resources. The Snapshot obje
 the hub namespace; its encrypted payload lives in a store (hub Secrets, a folder or a bucket).`,
 	}
 	cmd.AddCommand(newSnapshotTakeCommand(h), newSnapshotListCommand(h), newSnapshotShowCommand(h),
-		newSnapshotDiffCommand(h), newSnapshotVerifyCommand(h), newSnapshotRestoreCommand(h))
+		newSnapshotDiffCommand(h), newSnapshotVerifyCommand(h), newSnapshotRestoreCommand(h), newSnapshotImportCommand(h))
 	return cmd
 }
 
@@ -86,10 +87,12 @@ func newSnapshotTakeCommand(h *hubFlags) *cobra.Command {
 of those CRDs with its status, and the associated resources (the release's objects and the
 custom resources' children by ownerReference). The release is the one the member's
 installed-version record names, or --release. The payload is gzipped, encrypted and stored
-in --store; the Snapshot object is created in the hub namespace. Older snapshots of the same
-cluster and operator beyond --retention are deleted.`,
+in --store: the name of a SnapshotStore of the hub namespace (its bucket or folder, wrapped
+with its key), or a store URL; the Snapshot object is created in the hub namespace. Older
+snapshots of the same cluster and operator beyond --retention are deleted.`,
 		Example: `  rewind snapshot take --cluster prod-eu-1 --operator mysql-operator
   rewind snapshot take --cluster prod-eu-1 --operator mysql-operator --name before-upgrade --reason "before the v2 upgrade"
+  rewind snapshot take --cluster prod-eu-1 --operator mysql-operator --store s3-backups
   rewind snapshot take --cluster prod-eu-1 --operator mysql-operator --store dir:///var/backups/rewind -o yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -109,10 +112,18 @@ cluster and operator beyond --retention are deleted.`,
 			if reason == "" {
 				reason = "manual (rewind snapshot take)"
 			}
+			req := snapshot.Request{
+				Name: name, Namespace: h.ns(), Cluster: cluster, Reason: reason, Retention: retention, Capture: opts,
+			}
+			if strings.Contains(storeURL, "://") {
+				req.StoreURL = storeURL
+			} else if storeURL != "" {
+				if req.Store, err = resolveStore(ctx, c, h, storeURL, true); err != nil {
+					return err
+				}
+			}
 			hub := &snapshot.Hub{Client: c}
-			snap, err := hub.Take(ctx, cl, snapshot.Request{
-				Name: name, Namespace: h.ns(), Cluster: cluster, Reason: reason, StoreURL: storeURL, Retention: retention, Capture: opts,
-			})
+			snap, err := hub.Take(ctx, cl, req)
 			if err != nil {
 				return err
 			}
@@ -129,7 +140,7 @@ cluster and operator beyond --retention are deleted.`,
 	f.StringVar(&cluster, "cluster", "", "member cluster (required)")
 	f.StringVar(&operator, "operator", "", "operator (required)")
 	f.StringVar(&relName, "release", "", "release whose CRDs and objects to capture (default: the member's installed release)")
-	f.StringVar(&storeURL, "store", "", "payload store: secrets://NAMESPACE (default: the snapshot's namespace), dir:///PATH, or a gocloud.dev/blob URL (file://, mem://, s3://)")
+	f.StringVar(&storeURL, "store", "", "where the payload goes: a SnapshotStore of the namespace (kubectl get snapshotstores), or a URL: secrets://NAMESPACE (default: the snapshot's namespace), dir:///PATH, or a gocloud.dev/blob URL (file://, mem://, s3://)")
 	f.StringVar(&name, "name", "", "snapshot name (default CLUSTER-OPERATOR-TIME)")
 	f.StringVar(&reason, "reason", "", "why the snapshot is taken")
 	f.IntVar(&retention, "retention", snapshot.DefaultRetention, "snapshots kept per cluster and operator (never one a Rollout references); -1 keeps all")
@@ -423,5 +434,79 @@ truncated) or PayloadUnavailable (missing, or its store or key unreachable).`,
 		},
 	}
 	outputFlag(cmd, &output)
+	return cmd
+}
+
+// resolveStore reads the SnapshotStore NAME of the hub namespace and opens it (with its key
+// when withKey). A store whose last probe failed is refused with the reason.
+func resolveStore(ctx context.Context, c client.Client, h *hubFlags, name string, withKey bool) (*snapstore.Store, error) {
+	st := &v1alpha1.SnapshotStore{}
+	ns := h.ns()
+	if err := getHubObject(ctx, c, client.ObjectKey{Namespace: ns, Name: name}, st, "snapshot store", "kubectl get snapshotstores -n "+ns); err != nil {
+		return nil, err
+	}
+	if c := meta.FindStatusCondition(st.Status.Conditions, v1alpha1.ConditionReady); c != nil && c.Status != "True" {
+		return nil, fmt.Errorf("snapshot store %s/%s is not Ready (%s): %s", ns, name, c.Reason, c.Message)
+	}
+	if withKey {
+		return snapstore.FromObject(ctx, c, st)
+	}
+	return snapstore.StoreOnly(ctx, c, st)
+}
+
+func newSnapshotImportCommand(h *hubFlags) *cobra.Command {
+	var store, output string
+	cmd := &cobra.Command{
+		Use:   "import --store NAME",
+		Short: "Rebuild the Snapshot objects of a hub from the payloads and metadata in a SnapshotStore",
+		Long: `Disaster recovery: every snapshot written to a SnapshotStore other than hub Secrets has its
+metadata (the Snapshot's labels, spec and status) stored next to its payload. import lists the
+store and creates, in the hub namespace, the Snapshot objects found there, so a new hub can
+restore members from snapshots taken through a hub that is gone. Create the SnapshotStore (and
+its credentials Secret, and the key Secret if its keyRef names one) in the new hub first; a
+snapshot whose key was the old hub's default key cannot be read by another hub. Snapshots
+already in the hub are left as they are; running import again imports nothing twice.`,
+		Example: `  rewind snapshot import --store s3-backups
+  rewind snapshot import --store s3-backups -n team-a -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			c, err := h.client()
+			if err != nil {
+				return err
+			}
+			s, err := resolveStore(ctx, c, h, store, false)
+			if err != nil {
+				return err
+			}
+			res, err := (&snapshot.Hub{Client: c}).Import(ctx, s, h.ns())
+			if err != nil {
+				return err
+			}
+			if ok, err := printStructured(cmd.OutOrStdout(), output, res); ok {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "imported %d snapshots from %s (%s) into namespace %s; %d were already there\n", len(res.Imported), s.Name, s.URL, h.ns(), len(res.Existing))
+			for _, n := range res.Imported {
+				fmt.Fprintf(out, "  snapshot/%s imported\n", n)
+			}
+			names := make([]string, 0, len(res.Failed))
+			for n := range res.Failed {
+				names = append(names, n)
+			}
+			sort.Strings(names)
+			for _, n := range names {
+				fmt.Fprintf(out, "  %s NOT imported: %s\n", n, res.Failed[n])
+			}
+			if len(names) > 0 {
+				return fmt.Errorf("%d snapshots could not be imported", len(names))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&store, "store", "", "the SnapshotStore to import from (required)")
+	outputFlag(cmd, &output)
+	requireFlags(cmd, "store")
 	return cmd
 }

@@ -161,7 +161,7 @@ func TestEveryLeafCommandHasLongHelpAndWorkingExamples(t *testing.T) {
 var commandsWithOutput = []string{
 	"clusters add", "clusters list", "clusters check",
 	"release create",
-	"snapshot take", "snapshot list", "snapshot show", "snapshot diff", "snapshot verify", "snapshot restore",
+	"snapshot take", "snapshot list", "snapshot show", "snapshot diff", "snapshot verify", "snapshot restore", "snapshot import",
 	"rollout status", "rollout approve", "rollout pause", "rollout resume", "rollback", "retry", "history",
 	"testbed up", "testbed status",
 	"version",

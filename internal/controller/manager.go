@@ -166,6 +166,12 @@ func setupReconcilers(mgr ctrl.Manager, o Options) error {
 	if err := tr.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the RolloutTarget controller: %w", err)
 	}
+	if err := (&SnapshotStoreReconciler{Client: hub}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the SnapshotStore controller: %w", err)
+	}
+	if err := (&SnapshotScheduleReconciler{Client: hub, Members: members, Releases: releases}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the SnapshotSchedule controller: %w", err)
+	}
 	return nil
 }
 
@@ -179,6 +185,11 @@ func setupReconcilers(mgr ctrl.Manager, o Options) error {
 // +kubebuilder:rbac:groups=rewind.dev,resources=memberclusters;operatorreleases;rollouts;rollouttargets;snapshots,verbs=get;list;watch
 // +kubebuilder:rbac:groups=rewind.dev,resources=snapshots,verbs=create;delete
 // +kubebuilder:rbac:groups=rewind.dev,resources=snapshots/status,verbs=get;update;patch
+// SnapshotStores (probed; a finalizer keeps one while Snapshots live in it) and
+// SnapshotSchedules (they take Snapshots outside rollouts).
+// +kubebuilder:rbac:groups=rewind.dev,resources=snapshotstores;snapshotschedules,verbs=get;list;watch
+// +kubebuilder:rbac:groups=rewind.dev,resources=snapshotstores,verbs=update;patch
+// +kubebuilder:rbac:groups=rewind.dev,resources=snapshotstores/status;snapshotschedules/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create

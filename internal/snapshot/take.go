@@ -20,6 +20,7 @@ import (
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/member"
 	"github.com/rewind-dev/rewind/internal/snapshot/payload"
+	"github.com/rewind-dev/rewind/internal/snapshot/snapstore"
 )
 
 // Labels on Snapshot objects.
@@ -43,14 +44,21 @@ type Request struct {
 	Cluster string
 	// Reason and Rollout are recorded on the Snapshot.
 	Reason, Rollout string
-	// StoreURL is where the payload goes (default secrets://<Namespace>).
+	// StoreURL is where the payload goes (default secrets://<Namespace>), with the Hub's KEK.
+	// Store, when set, overrides it.
 	StoreURL string
+	// Store is a resolved SnapshotStore (snapstore.Resolve): the payload goes to it, wrapped
+	// with its key, and, unless it is hub Secrets, a copy of the Snapshot's metadata is
+	// written next to the payload (see MetadataName) so that a new hub can import it.
+	Store *snapstore.Store
 	// Retention keeps this many snapshots per cluster and operator (default 10; <0 disables).
 	Retention int
 	// Capture says what to capture.
 	Capture Options
 	// Labels are added to the Snapshot's (a rollout's snapshots carry its name and revision).
 	Labels map[string]string
+	// Annotations are set on the Snapshot (a scheduled snapshot's expiry).
+	Annotations map[string]string
 }
 
 // Hub is what taking and reading snapshots needs of the hub.
@@ -113,7 +121,7 @@ func (h *Hub) Take(ctx context.Context, cl *member.Cluster, r Request) (*v1alpha
 		snap = &v1alpha1.Snapshot{
 			ObjectMeta: metav1.ObjectMeta{
 				Name: r.Name, Namespace: r.Namespace,
-				Labels: labels,
+				Labels: labels, Annotations: r.Annotations,
 			},
 			Spec: v1alpha1.SnapshotSpec{
 				Cluster: r.Cluster, Operator: r.Capture.Operator, Release: r.Capture.Release, Version: r.Capture.Version,
@@ -127,14 +135,23 @@ func (h *Hub) Take(ctx context.Context, cl *member.Cluster, r Request) (*v1alpha
 		return nil, err
 	}
 
-	kek, err := h.kek(ctx)
+	var (
+		kek   payload.KeyWrapper
+		store payload.Store
+	)
+	if r.Store != nil {
+		kek, r.StoreURL = r.Store.KEK, r.Store.URL
+		store, err = r.Store.Open(ctx)
+	} else {
+		if kek, err = h.kek(ctx); err != nil {
+			return nil, err
+		}
+		store, err = h.openStore(ctx, r.StoreURL)
+	}
 	if err != nil {
 		return nil, err
 	}
-	store, err := h.openStore(ctx, r.StoreURL)
-	if err != nil {
-		return nil, err
-	}
+	defer closeStore(store)
 	pr, pw := io.Pipe()
 	type outcome struct {
 		res *Result
@@ -194,11 +211,23 @@ func (h *Hub) Take(ctx context.Context, cl *member.Cluster, r Request) (*v1alpha
 		ClusterID:     out.res.Header.ClusterID,
 		ServerVersion: out.res.ServerVersion,
 		CapturedAt:    &now,
+		KeyID:         kek.ID(),
+	}
+	if r.Store != nil {
+		snap.Status.Store = r.Store.Name
+		snap.Status.KeyRef = r.Store.KeyRef.DeepCopy()
 	}
 	meta.SetStatusCondition(&snap.Status.Conditions, metav1.Condition{
 		Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonStored,
 		Message: fmt.Sprintf("%d CRs and %d associated objects stored", out.res.Counts.CustomResources, out.res.Counts.Associated),
 	})
+	// The payload is complete in the store; its metadata goes next to it before the Snapshot
+	// says Ready, so an imported hub finds every snapshot this hub has.
+	if r.Store != nil && r.Store.Metadata {
+		if err := putMetadata(ctx, store, snap); err != nil {
+			return nil, fmt.Errorf("storing the metadata of snapshot %s: %w", r.Name, err)
+		}
+	}
 	if err := h.Client.Status().Patch(ctx, snap, client.MergeFrom(base)); err != nil {
 		return nil, fmt.Errorf("recording Snapshot %s/%s: %w", r.Namespace, r.Name, err)
 	}
@@ -227,30 +256,99 @@ func storeOf(snap *v1alpha1.Snapshot) (string, string, error) {
 // Open streams the plaintext payload of snap. The payload is decrypted and its checksum
 // verified against both the payload's own trailer and the Snapshot's recorded checksum; a
 // mismatch is returned as an error by Read at the end of the stream.
+//
+// A snapshot taken into a SnapshotStore is read from that store (resolved by name in the
+// snapshot's namespace) with the key the snapshot records (status.keyRef), not the store's
+// current key: a rotated key leaves older snapshots readable as long as their key is. A key
+// that cannot be reached is an error naming it.
 func (h *Hub) Open(ctx context.Context, snap *v1alpha1.Snapshot) (io.ReadCloser, error) {
-	url, name, err := storeOf(snap)
+	_, name, err := storeOf(snap)
 	if err != nil {
 		return nil, err
 	}
-	store, err := h.openStore(ctx, url)
+	store, err := h.payloadStore(ctx, snap)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("snapshot %s: %w", snap.Name, err)
 	}
 	rc, err := store.Get(ctx, name)
 	if err != nil {
+		closeStore(store)
 		return nil, fmt.Errorf("snapshot %s: %w", snap.Name, err)
 	}
-	kek, err := h.kek(ctx)
+	closer := multiCloser{rc, storeCloser{store}}
+	kek, err := h.snapshotKEK(ctx, snap)
 	if err != nil {
-		rc.Close()
-		return nil, err
+		closer.Close()
+		return nil, fmt.Errorf("snapshot %s: %w", snap.Name, err)
 	}
 	r, err := payload.NewReader(ctx, rc, kek)
 	if err != nil {
-		rc.Close()
+		closer.Close()
+		if !errors.Is(err, payload.ErrCorrupted) && !errors.Is(err, payload.ErrTruncated) && !errors.Is(err, payload.ErrWrongKey) && snap.Status.Store != "" {
+			// The KMS refused or could not be reached.
+			err = &snapstore.KeyError{Key: snapstore.KeyName(snap.Namespace, snap.Status.KeyRef), Err: err}
+		}
 		return nil, fmt.Errorf("snapshot %s: %w", snap.Name, err)
 	}
-	return &verifyingReader{r: r, closer: rc, want: snap.Status.Checksum, name: snap.Name}, nil
+	return &verifyingReader{r: r, closer: closer, want: snap.Status.Checksum, name: snap.Name}, nil
+}
+
+// payloadStore opens the store that holds snap's payload.
+func (h *Hub) payloadStore(ctx context.Context, snap *v1alpha1.Snapshot) (payload.Store, error) {
+	if snap.Status.Store != "" {
+		st, err := snapstore.Get(ctx, h.Client, snap.Namespace, snap.Status.Store)
+		if err != nil {
+			return nil, err
+		}
+		rs, err := snapstore.StoreOnly(ctx, h.Client, st)
+		if err != nil {
+			return nil, err
+		}
+		return rs.Open(ctx)
+	}
+	url, _, err := storeOf(snap)
+	if err != nil {
+		return nil, err
+	}
+	return h.openStore(ctx, url)
+}
+
+// snapshotKEK opens the key snap's payload was wrapped with.
+func (h *Hub) snapshotKEK(ctx context.Context, snap *v1alpha1.Snapshot) (payload.KeyWrapper, error) {
+	if snap.Status.Store == "" || (snap.Status.KeyRef == nil && h.KEK != nil) {
+		return h.kek(ctx)
+	}
+	var creds *v1alpha1.LocalSecretReference
+	if snap.Status.KeyRef != nil && snap.Status.KeyRef.KMS != "" {
+		// A KMS key without credentials of its own uses the store's.
+		if st, err := snapstore.Get(ctx, h.Client, snap.Namespace, snap.Status.Store); err == nil {
+			creds = st.Spec.CredentialsSecretRef
+		}
+	}
+	return snapstore.OpenKey(ctx, h.Client, snap.Namespace, snap.Status.KeyRef, creds)
+}
+
+func closeStore(s payload.Store) {
+	if c, ok := s.(io.Closer); ok {
+		_ = c.Close()
+	}
+}
+
+type storeCloser struct{ s payload.Store }
+
+func (c storeCloser) Close() error {
+	closeStore(c.s)
+	return nil
+}
+
+type multiCloser []io.Closer
+
+func (m multiCloser) Close() error {
+	var errs []error
+	for _, c := range m {
+		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
 }
 
 type verifyingReader struct {
@@ -342,14 +440,20 @@ func (h *Hub) setCondition(ctx context.Context, snap *v1alpha1.Snapshot, cond me
 // Prune deletes the oldest snapshots of a cluster and operator beyond keep, except those a
 // Rollout references. It returns the names deleted.
 func (h *Hub) Prune(ctx context.Context, namespace, cluster, operator string, keep int) ([]string, error) {
+	return h.PruneMatching(ctx, namespace, client.MatchingLabels{LabelCluster: cluster, LabelOperator: operator}, keep)
+}
+
+// PruneMatching deletes the oldest snapshots of namespace with the labels beyond keep,
+// except those a Rollout references. It returns the names deleted.
+func (h *Hub) PruneMatching(ctx context.Context, namespace string, labels client.MatchingLabels, keep int) ([]string, error) {
 	var list v1alpha1.SnapshotList
-	if err := h.Client.List(ctx, &list, client.InNamespace(namespace), client.MatchingLabels{LabelCluster: cluster, LabelOperator: operator}); err != nil {
+	if err := h.Client.List(ctx, &list, client.InNamespace(namespace), labels); err != nil {
 		return nil, err
 	}
 	if len(list.Items) <= keep {
 		return nil, nil
 	}
-	referenced, err := h.referenced(ctx, namespace)
+	referenced, err := h.Referenced(ctx, namespace)
 	if err != nil {
 		return nil, err
 	}
@@ -383,10 +487,10 @@ func capturedAt(s *v1alpha1.Snapshot) time.Time {
 	return s.CreationTimestamp.Time
 }
 
-// referenced says which snapshots of namespace Rollouts still point to: those a RolloutTarget
+// Referenced says which snapshots of namespace Rollouts still point to: those a RolloutTarget
 // took or restores, and those of the revisions in a Rollout's history (labelled with the
-// rollout and the revision).
-func (h *Hub) referenced(ctx context.Context, namespace string) (func(*v1alpha1.Snapshot) bool, error) {
+// rollout and the revision). Such a snapshot is never deleted by retention or expiry.
+func (h *Hub) Referenced(ctx context.Context, namespace string) (func(*v1alpha1.Snapshot) bool, error) {
 	var rollouts v1alpha1.RolloutList
 	if err := h.Client.List(ctx, &rollouts, client.InNamespace(namespace)); err != nil {
 		if meta.IsNoMatchError(err) {
@@ -415,15 +519,64 @@ func (h *Hub) referenced(ctx context.Context, namespace string) (func(*v1alpha1.
 	}, nil
 }
 
+// Expire deletes the snapshots of namespace with the labels whose expiry (the annotation
+// rewind.dev/expires-at) is at or before now, except those a Rollout references. It returns
+// the names deleted and the earliest expiry still to come (zero if none).
+func (h *Hub) Expire(ctx context.Context, namespace string, labels client.MatchingLabels, now time.Time) ([]string, time.Time, error) {
+	var list v1alpha1.SnapshotList
+	if err := h.Client.List(ctx, &list, client.InNamespace(namespace), labels); err != nil {
+		return nil, time.Time{}, err
+	}
+	var referenced func(*v1alpha1.Snapshot) bool
+	var deleted []string
+	var next time.Time
+	for i := range list.Items {
+		s := &list.Items[i]
+		v, ok := s.Annotations[v1alpha1.AnnotationExpiresAt]
+		if !ok {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			continue // not ours to guess: kept
+		}
+		if at.After(now) {
+			if next.IsZero() || at.Before(next) {
+				next = at
+			}
+			continue
+		}
+		if referenced == nil {
+			if referenced, err = h.Referenced(ctx, namespace); err != nil {
+				return deleted, next, err
+			}
+		}
+		if referenced(s) {
+			continue
+		}
+		if err := h.Delete(ctx, s); err != nil {
+			return deleted, next, err
+		}
+		deleted = append(deleted, s.Name)
+	}
+	return deleted, next, nil
+}
+
 // Delete removes a snapshot's payload and then its Snapshot object.
 func (h *Hub) Delete(ctx context.Context, snap *v1alpha1.Snapshot) error {
-	if url, name, err := storeOf(snap); err == nil {
-		store, err := h.openStore(ctx, url)
+	if _, name, err := storeOf(snap); err == nil {
+		store, err := h.payloadStore(ctx, snap)
 		if err != nil {
-			return err
+			return fmt.Errorf("deleting the payload of snapshot %s: %w", snap.Name, err)
 		}
+		defer closeStore(store)
 		if err := store.Delete(ctx, name); err != nil {
 			return fmt.Errorf("deleting the payload of snapshot %s: %w", snap.Name, err)
+		}
+		if snap.Status.Store != "" {
+			if err := store.Delete(ctx, MetadataName(name)); err != nil {
+				return fmt.Errorf("deleting the metadata of snapshot %s: %w", snap.Name, err)
+			}
 		}
 	}
 	if err := h.Client.Delete(ctx, snap); err != nil && !apierrors.IsNotFound(err) {

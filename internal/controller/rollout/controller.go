@@ -28,6 +28,7 @@ import (
 	"github.com/rewind-dev/rewind/internal/controller/target"
 	"github.com/rewind-dev/rewind/internal/metrics"
 	"github.com/rewind-dev/rewind/internal/release"
+	"github.com/rewind-dev/rewind/internal/snapshot/snapstore"
 )
 
 // Reconciler drives Rollouts.
@@ -187,12 +188,35 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 	groups := Groups(&ro.Spec, rollback)
 	s.setPhase(phase, v1alpha1.ReasonProgressing, fmt.Sprintf("%s %s: group %d of %d, %d/%d clusters done",
 		what, ro.Status.CurrentRelease, ro.Status.CurrentWave+1, len(groups), ro.Status.Targets.Succeeded+ro.Status.Targets.RolledBack, ro.Status.Targets.Total))
+	if len(d.Start) > 0 && ro.Spec.SnapshotStore != "" && s.takesSnapshots(d.Start) {
+		// No cluster starts a change whose snapshot cannot be stored.
+		st, err := snapstore.Get(ctx, r.Hub, ro.Namespace, ro.Spec.SnapshotStore)
+		if err == nil {
+			err = snapstore.CheckReady(st)
+		}
+		if err != nil {
+			msg := fmt.Sprintf("spec.snapshotStore: %v; no cluster starts until its snapshot can be stored", err)
+			s.condition(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonStoreNotReady, msg)
+			s.condition(v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonStoreNotReady, msg)
+			return ctrl.Result{RequeueAfter: 30 * time.Second}, nil
+		}
+	}
 	for _, name := range d.Start {
 		if err := s.updateTarget(ctx, name, func(t *v1alpha1.RolloutTarget) { t.Spec.Start = true }); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
 	return ctrl.Result{}, nil
+}
+
+// takesSnapshots says whether any of the clusters will take a snapshot (an upgrade).
+func (s *scope) takesSnapshots(clusters []string) bool {
+	for _, name := range clusters {
+		if t := s.targets[name]; t != nil && t.Spec.Path == v1alpha1.PathUpgrade {
+			return true
+		}
+	}
+	return false
 }
 
 // handleRequests takes the annotations a person set: a retry of a failed release, and a new

@@ -154,7 +154,7 @@ func (r *Reconciler) writeTargets(ctx context.Context, s *scope, revision int32,
 			FromRelease: p.FromRelease, ToRelease: p.ToRelease, Snapshot: p.Snapshot,
 			Manifests: p.Manifests, FromManifests: p.FromManifests,
 			Operator: ro.Spec.Operator, InstallNamespace: ro.Spec.InstallNamespace, HealthGates: ro.Spec.HealthGates,
-			PruneOnRollback: ro.Spec.PruneOnRollback, SnapshotRetention: ro.Spec.SnapshotRetention,
+			PruneOnRollback: ro.Spec.PruneOnRollback, SnapshotRetention: ro.Spec.SnapshotRetention, SnapshotStore: ro.Spec.SnapshotStore,
 			// A cluster with nothing to do is opened at once: its executor only records it.
 			Start:  p.Path == v1alpha1.PathNone,
 			Reason: reason,

@@ -9,6 +9,7 @@ import (
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/metrics"
 	"github.com/rewind-dev/rewind/internal/snapshot"
+	"github.com/rewind-dev/rewind/internal/snapshot/snapstore"
 )
 
 // takeSnapshot captures the cluster's operator state under the release it runs, before
@@ -32,10 +33,24 @@ func (takeSnapshot) run(ctx context.Context, x *execution) (time.Duration, error
 		}
 		opts.Manifests = objs
 	}
-	snap, err := x.hub().Take(ctx, x.cl, snapshot.Request{
+	hub := x.hub()
+	var store *snapstore.Store
+	if name := t.Spec.SnapshotStore; name != "" {
+		st, err := snapstore.Get(ctx, hub.Client, t.Namespace, name)
+		if err != nil {
+			return 0, terminalf("snapshot store %s (spec.snapshotStore): %v: the Rollout does not start a cluster whose snapshot cannot be stored", name, err)
+		}
+		if err := snapstore.CheckReady(st); err != nil {
+			return 0, terminalf("%v: the Rollout does not start a cluster whose snapshot cannot be stored", err)
+		}
+		if store, err = snapstore.FromObject(ctx, hub.Client, st); err != nil {
+			return 0, err // a Secret or the KMS may be back on the next attempt
+		}
+	}
+	snap, err := hub.Take(ctx, x.cl, snapshot.Request{
 		Name: t.Spec.Snapshot, Namespace: t.Namespace, Cluster: t.Spec.Cluster, Rollout: t.Namespace + "/" + t.Spec.Rollout,
 		Reason:    fmt.Sprintf("before rollout %s/%s installs %s", t.Namespace, t.Spec.Rollout, t.Spec.ToRelease),
-		Retention: int(t.Spec.SnapshotRetention), Capture: opts,
+		Retention: int(t.Spec.SnapshotRetention), Capture: opts, Store: store,
 		Labels: map[string]string{v1alpha1.LabelRollout: t.Spec.Rollout, v1alpha1.LabelRevision: strconv.Itoa(int(t.Spec.Revision))},
 	})
 	if err != nil {

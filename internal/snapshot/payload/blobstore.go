@@ -51,29 +51,39 @@ func NewBlobStore(b *blob.Bucket, location string) (*BlobStore, error) {
 	return &BlobStore{bucket: b, base: url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}}, nil
 }
 
-// Put implements Store. The location is the bucket URL with the object key as path.
+// Put implements Store. The location is the bucket URL with the object key as path. The
+// payload is handed to the driver's uploader as one stream (Bucket.Upload): an error of the
+// source or of the service fails the upload, and nothing is stored.
 func (s *BlobStore) Put(ctx context.Context, name string, r io.Reader) (string, int64, error) {
 	if err := validateName(name); err != nil {
 		return "", 0, err
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w, err := s.bucket.NewWriter(wctx, name, &blob.WriterOptions{ContentType: "application/octet-stream"})
-	if err != nil {
-		return "", 0, fmt.Errorf("payload store: writing %s: %w", name, err)
-	}
-	size, err := io.Copy(w, r)
-	if err != nil {
-		cancel() // aborts the write: nothing is stored
-		_ = w.Close()
-		return "", 0, fmt.Errorf("payload store: writing %s: %w", name, err)
-	}
-	if err := w.Close(); err != nil {
+	// A source that fails cancels the write before the driver could commit what it got.
+	cr := &countingReader{r: r, onError: cancel}
+	if err := s.bucket.Upload(wctx, name, cr, &blob.WriterOptions{ContentType: "application/octet-stream"}); err != nil {
 		return "", 0, fmt.Errorf("payload store: writing %s: %w", name, err)
 	}
 	loc := s.base
 	loc.Path = path.Join("/", loc.Path, s.prefix+name)
-	return loc.String(), size, nil
+	return loc.String(), cr.n, nil
+}
+
+// countingReader counts the bytes read through it and calls onError when its source fails.
+type countingReader struct {
+	r       io.Reader
+	n       int64
+	onError func()
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	if err != nil && err != io.EOF {
+		c.onError()
+	}
+	return n, err
 }
 
 // Get implements Store.
@@ -104,3 +114,21 @@ func (s *BlobStore) Delete(ctx context.Context, name string) error {
 
 // Close closes the bucket.
 func (s *BlobStore) Close() error { return s.bucket.Close() }
+
+// List implements Lister.
+func (s *BlobStore) List(ctx context.Context, prefix string) ([]string, error) {
+	var names []string
+	it := s.bucket.List(&blob.ListOptions{Prefix: prefix})
+	for {
+		obj, err := it.Next(ctx)
+		if err == io.EOF {
+			return names, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("payload store: listing: %w", err)
+		}
+		if !obj.IsDir {
+			names = append(names, obj.Key)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // DirStore keeps each payload as a file in a local folder. A Put writes a temporary file and
@@ -107,4 +108,19 @@ func (c ctxReader) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	return c.r.Read(p)
+}
+
+// List implements Lister.
+func (s *DirStore) List(_ context.Context, prefix string) ([]string, error) {
+	des, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("payload store: %w", err)
+	}
+	var names []string
+	for _, de := range des {
+		if n := de.Name(); de.Type().IsRegular() && n[0] != '.' && strings.HasPrefix(n, prefix) {
+			names = append(names, n)
+		}
+	}
+	return names, nil
 }

@@ -208,8 +208,15 @@ func OpenKeeperKEK(ctx context.Context, urlstr string) (*KeeperKEK, error) {
 	if err != nil {
 		return nil, fmt.Errorf("payload: opening %s:// keeper: %w", u.Scheme, err)
 	}
+	return &KeeperKEK{id: KeeperID(u), keeper: k}, nil
+}
+
+// KeeperID is the ID of the KeeperKEK of a keeper URL: "keeper-" and the hex of the first 8
+// bytes of the SHA-256 of the URL's scheme, host and path (the key it names, whatever the
+// region, endpoint or credentials used to reach it).
+func KeeperID(u *url.URL) string {
 	sum := sha256.Sum256([]byte(u.Scheme + "://" + u.Host + u.Path))
-	return &KeeperKEK{id: "keeper-" + hex.EncodeToString(sum[:8]), keeper: k}, nil
+	return "keeper-" + hex.EncodeToString(sum[:8])
 }
 
 // ID implements KeyWrapper.

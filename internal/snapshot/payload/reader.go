@@ -306,3 +306,10 @@ func Verify(ctx context.Context, src io.Reader, kek KeyWrapper, want string) err
 	}
 	return nil
 }
+
+// KeyIDOf reads the header of a payload and returns the ID of the key-encryption key that
+// wrapped its data key (as the payload records it), without decrypting anything.
+func KeyIDOf(src io.Reader) (string, error) {
+	id, _, _, _, err := readHeader(src)
+	return id, err
+}

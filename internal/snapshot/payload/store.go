@@ -84,3 +84,10 @@ func validateName(name string) error {
 	}
 	return nil
 }
+
+// Lister is a Store that can list the names it holds (BlobStore, DirStore).
+type Lister interface {
+	// List returns the names of the stored payloads (and other objects) that start with
+	// prefix, in no particular order.
+	List(ctx context.Context, prefix string) ([]string, error)
+}

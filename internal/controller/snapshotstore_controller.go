@@ -1,0 +1,188 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/snapshot/snapstore"
+)
+
+// DefaultProbeInterval is how often a SnapshotStore is probed when spec.probeInterval is unset.
+const DefaultProbeInterval = 5 * time.Minute
+
+// FinalizerSnapshotsStored keeps a SnapshotStore while Snapshots of its namespace say their
+// payload is in it: without it, they could not be read.
+const FinalizerSnapshotsStored = "rewind.dev/snapshots-stored"
+
+// ReasonInUse (SnapshotStore Ready): the store is being deleted but Snapshots still live in it.
+const ReasonInUse = "InUse"
+
+// SnapshotStoreReconciler checks each SnapshotStore periodically: a small object is written,
+// read back and deleted (Writable), and a data key is wrapped and unwrapped with its key
+// (KeyAvailable). Ready is both.
+type SnapshotStoreReconciler struct {
+	// Client reads and writes SnapshotStores; it must read Secrets from the API server.
+	Client client.Client
+	// ProbeTimeout bounds one probe (default 30s).
+	ProbeTimeout time.Duration
+	// Now is the clock (tests inject one).
+	Now func() time.Time
+}
+
+// +kubebuilder:rbac:groups=rewind.dev,resources=snapshotstores,verbs=get;list;watch
+// +kubebuilder:rbac:groups=rewind.dev,resources=snapshotstores/status,verbs=get;update;patch
+
+// Reconcile probes one store and records the outcome in its status.
+func (r *SnapshotStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+	st := &v1alpha1.SnapshotStore{}
+	if err := r.Client.Get(ctx, req.NamespacedName, st); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !st.DeletionTimestamp.IsZero() {
+		return r.deleting(ctx, st)
+	}
+	if controllerutil.AddFinalizer(st, FinalizerSnapshotsStored) {
+		if err := r.Client.Update(ctx, st); err != nil {
+			return ctrl.Result{}, fmt.Errorf("adding the finalizer: %w", err)
+		}
+	}
+	base := st.DeepCopy()
+	defer func() {
+		if err := r.Client.Status().Patch(ctx, st, client.MergeFrom(base)); err != nil && !apierrors.IsNotFound(err) {
+			retErr = errors.Join(retErr, fmt.Errorf("patching SnapshotStore status: %w", err))
+		}
+	}()
+	interval := DefaultProbeInterval
+	if st.Spec.ProbeInterval != nil && st.Spec.ProbeInterval.Duration > 0 {
+		interval = st.Spec.ProbeInterval.Duration
+	}
+	timeout := r.ProbeTimeout
+	if timeout == 0 {
+		timeout = 30 * time.Second
+	}
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	r.probe(pctx, st)
+	now := metav1.NewTime(r.now())
+	st.Status.LastProbeTime = &now
+	st.Status.ObservedGeneration = st.Generation
+	return ctrl.Result{RequeueAfter: interval}, nil
+}
+
+// probe sets the Writable, KeyAvailable and Ready conditions of st.
+func (r *SnapshotStoreReconciler) probe(ctx context.Context, st *v1alpha1.SnapshotStore) {
+	set := func(typ string, err error, okReason, okMsg string) {
+		c := metav1.Condition{Type: typ, Status: metav1.ConditionTrue, Reason: okReason, Message: okMsg, ObservedGeneration: st.Generation}
+		if err != nil {
+			c.Status, c.Reason, c.Message = metav1.ConditionFalse, snapstore.Reason(err), err.Error()
+		}
+		meta.SetStatusCondition(&st.Status.Conditions, c)
+	}
+	st.Status.URL = snapstore.URLOf(st)
+	keyName := snapstore.KeyName(st.Namespace, st.Spec.KeyRef)
+	s, err := snapstore.StoreOnly(ctx, r.Client, st)
+	var storeErr error
+	if err != nil {
+		storeErr = err
+	} else {
+		storeErr = snapstore.ProbeStore(ctx, s)
+	}
+	set(v1alpha1.ConditionWritable, storeErr, v1alpha1.ReasonProbeSucceeded, "a probe object was written, read back and deleted at "+st.Status.URL)
+
+	kek, keyErr := snapstore.OpenKey(ctx, r.Client, st.Namespace, st.Spec.KeyRef, st.Spec.CredentialsSecretRef)
+	if keyErr == nil {
+		st.Status.KeyID = kek.ID()
+		if err := snapstore.ProbeKey(ctx, kek); err != nil {
+			keyErr = &snapstore.KeyError{Key: keyName, Err: err}
+		}
+	}
+	set(v1alpha1.ConditionKeyAvailable, keyErr, v1alpha1.ReasonKeyAvailable, "data keys are wrapped with "+keyName+" (ID "+st.Status.KeyID+")")
+
+	ready := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonProbeSucceeded,
+		Message: fmt.Sprintf("snapshots can be stored at %s, wrapped with %s", st.Status.URL, keyName), ObservedGeneration: st.Generation}
+	switch {
+	case storeErr != nil:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, snapstore.Reason(storeErr), storeErr.Error()
+	case keyErr != nil:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, v1alpha1.ReasonKeyUnavailable, keyErr.Error()
+	}
+	meta.SetStatusCondition(&st.Status.Conditions, ready)
+}
+
+// deleting lets a store go once no Snapshot of its namespace is stored in it; until then it
+// says which ones hold it.
+func (r *SnapshotStoreReconciler) deleting(ctx context.Context, st *v1alpha1.SnapshotStore) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(st, FinalizerSnapshotsStored) {
+		return ctrl.Result{}, nil
+	}
+	var snaps v1alpha1.SnapshotList
+	if err := r.Client.List(ctx, &snaps, client.InNamespace(st.Namespace)); err != nil {
+		return ctrl.Result{}, err
+	}
+	var using []string
+	for _, s := range snaps.Items {
+		if s.Status.Store == st.Name && s.DeletionTimestamp.IsZero() {
+			using = append(using, s.Name)
+		}
+	}
+	if len(using) == 0 {
+		controllerutil.RemoveFinalizer(st, FinalizerSnapshotsStored)
+		return ctrl.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, st))
+	}
+	base := st.DeepCopy()
+	shown := using
+	if len(shown) > 5 {
+		shown = append(shown[:5:5], fmt.Sprintf("and %d more", len(using)-5))
+	}
+	meta.SetStatusCondition(&st.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonInUse,
+		ObservedGeneration: st.Generation,
+		Message:            fmt.Sprintf("being deleted, but %d Snapshots are stored in it (%s): delete them first (rewind snapshot list; kubectl delete snapshot NAME), or remove the finalizer %s to keep their payloads unreachable", len(using), strings.Join(shown, ", "), FinalizerSnapshotsStored)})
+	if err := r.Client.Status().Patch(ctx, st, client.MergeFrom(base)); err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: time.Minute}, nil
+}
+
+func (r *SnapshotStoreReconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+// SetupWithManager registers the reconciler. Only spec changes and deletion (and the periodic
+// requeue) trigger a probe, not its own status writes.
+func (r *SnapshotStoreReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.SnapshotStore{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// A store being deleted waits for its last Snapshot: its deletion lets the store go.
+		Watches(&v1alpha1.Snapshot{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			s, ok := o.(*v1alpha1.Snapshot)
+			if !ok || s.Status.Store == "" {
+				return nil
+			}
+			return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: s.Namespace, Name: s.Status.Store}}}
+		}), builder.WithPredicates(predicate.Funcs{
+			CreateFunc: func(event.CreateEvent) bool { return false },
+			UpdateFunc: func(event.UpdateEvent) bool { return false },
+			DeleteFunc: func(event.DeleteEvent) bool { return true },
+		})).
+		Named("snapshotstore").
+		Complete(r)
+}
