@@ -154,7 +154,7 @@ func setupReconcilers(mgr ctrl.Manager, o Options) error {
 	if err := (&MemberClusterReconciler{Client: mgr.GetClient(), Members: members}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the MemberCluster controller: %w", err)
 	}
-	if err := (&operatorrelease.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("rewind-operatorrelease")}).SetupWithManager(mgr); err != nil {
+	if err := (&operatorrelease.Reconciler{Client: hub, Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("rewind-operatorrelease")}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the OperatorRelease controller: %w", err)
 	}
 	ro := &rollout.Reconciler{Client: mgr.GetClient(), Hub: hub, Releases: releases, Recorder: mgr.GetEventRecorder("rewind-rollout")}

@@ -36,7 +36,7 @@ type Reconciler struct {
 	// Client reads (cached) and writes the hub; Hub reads what the manager does not cache
 	// (Secrets holding release manifests, Snapshots) straight from the API server.
 	Client client.Client
-	Hub    client.Reader
+	Hub    client.Client
 	// Releases caches releases' manifests.
 	Releases *release.Cache
 	// Recorder records Events on Rollouts.

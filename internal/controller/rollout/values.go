@@ -91,7 +91,7 @@ func (r *Reconciler) clusterManifests(ctx context.Context, ro *v1alpha1.Rollout,
 		if err != nil {
 			return nil, err
 		}
-		stored, err := release.Store(ctx, r.Client, ro.Namespace, canonical)
+		stored, err := release.Store(ctx, r.Hub, ro.Namespace, canonical) // Secrets read uncached
 		if err != nil {
 			return nil, fmt.Errorf("storing the manifests of release %s for cluster %s: %w", rel.Name, c.Name, err)
 		}
