@@ -13,7 +13,7 @@ import (
 )
 
 // kinds are rewind's hub resources: `kubectl get rewind` must list them all.
-var kinds = []string{"memberclusters", "operatorreleases", "rollouts", "rollouttargets", "snapshots"}
+var kinds = []string{"memberclusters", "operatorreleases", "rollouts", "rollouttargets", "snapshots", "snapshotschedules", "snapshotstores"}
 
 func TestEveryCRDIsInTheRewindCategory(t *testing.T) {
 	crds, err := install.CRDs()
