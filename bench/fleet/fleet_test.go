@@ -36,10 +36,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/apply"
 	"github.com/rewind-dev/rewind/internal/controller"
 	"github.com/rewind-dev/rewind/internal/testbed"
 	"github.com/rewind-dev/rewind/internal/testbed/testenv"
@@ -365,6 +367,10 @@ func BenchmarkFleet(b *testing.B) {
 	errs := make(chan error, len(env.Members))
 	for _, m := range env.Members {
 		wg.Go(func() {
+			if _, err := apply.Objects(ctx, testenv.Member(b, m), []*unstructured.Unstructured{testfixture.MySQLCRD()}, apply.Options{}); err != nil {
+				errs <- fmt.Errorf("%s: %w", m.Name, err)
+				return
+			}
 			if err := testfixture.Populate(ctx, m.RESTConfig(), testfixture.Options{Namespaces: []string{"crs"}, Count: crsPerMember, Children: true, Parallelism: 8}); err != nil {
 				errs <- fmt.Errorf("%s: %w", m.Name, err)
 			}
