@@ -2,10 +2,7 @@ package ha
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -40,7 +37,6 @@ import (
 	"github.com/rewind-dev/rewind/internal/controller/target"
 	"github.com/rewind-dev/rewind/internal/member"
 	"github.com/rewind-dev/rewind/internal/rbac"
-	"github.com/rewind-dev/rewind/internal/release"
 	"github.com/rewind-dev/rewind/internal/restore"
 	"github.com/rewind-dev/rewind/internal/snapshot"
 	"github.com/rewind-dev/rewind/internal/testbed/testenv"
@@ -48,7 +44,6 @@ import (
 )
 
 const (
-	commit   = "0123456789abcdef0123456789abcdef01234567"
 	operator = "mysql-operator"
 	rollout  = "mysql"
 	// crs is how many MySQLClusters (each with a StatefulSet, Service, ConfigMap and Secret)
@@ -464,47 +459,12 @@ func (r *run) assertMemberEqualsSnapshot(ro *v1alpha1.Rollout) {
 // makeRelease creates a release of the MySQLCluster CRD and the operator Deployment; a broken
 // one is unschedulable everywhere, so its health gate fails.
 func (r *run) makeRelease(name, version string, broken bool) {
-	t := r.t
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "crd.yaml"), []byte(testfixture.MySQLCRDYAML), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256([]byte(version))
-	image := "example.com/mysql-operator@sha256:" + hex.EncodeToString(sum[:])
-	nodeSelector := ""
+	podSpec := ""
 	if broken {
-		nodeSelector = "      nodeSelector: {rewind.dev/no-such-node: \"true\"}\n"
+		podSpec = "      nodeSelector: {rewind.dev/no-such-node: \"true\"}\n"
 	}
-	dep := fmt.Sprintf(`apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: mysql-operator
-  labels: {app: mysql-operator, version: "%s"}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: mysql-operator}}
-  template:
-    metadata: {labels: {app: mysql-operator}}
-    spec:
-%s      containers:
-      - name: manager
-        image: %s
-`, version, nodeSelector, image)
-	if err := os.WriteFile(filepath.Join(dir, "deploy.yaml"), []byte(dep), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	objs, err := release.RenderManifests(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	canonical, err := release.Canonical(objs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rel := &v1alpha1.OperatorRelease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: r.ns}, Spec: v1alpha1.OperatorReleaseSpec{
-		Operator: operator, Version: version, GitCommit: commit, Image: image, Format: v1alpha1.FormatManifests, Digest: release.Digest(canonical)}}
-	if _, err := release.Create(t.Context(), r.hub, rel, canonical); err != nil {
-		t.Fatal(err)
+	if err := testfixture.CreateRelease(r.t.Context(), r.hub, r.t.TempDir(), r.ns, name, version, podSpec); err != nil {
+		r.t.Fatal(err)
 	}
 }
 
