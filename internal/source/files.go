@@ -73,33 +73,6 @@ func (m *memFiles) mkdir(p string) error {
 	return m.fs.MkdirAll(name, 0o755)
 }
 
-func (m *memFiles) remove(p string) error {
-	name, ok := clean(p)
-	if !ok || name == "." {
-		return nil
-	}
-	return removeAll(m.fs, name)
-}
-
-func removeAll(bfs billy.Filesystem, name string) error {
-	fi, err := bfs.Lstat(name)
-	if err != nil {
-		return nil // nothing to remove
-	}
-	if fi.IsDir() {
-		entries, err := bfs.ReadDir(name)
-		if err != nil {
-			return err
-		}
-		for _, e := range entries {
-			if err := removeAll(bfs, path.Join(name, e.Name())); err != nil {
-				return err
-			}
-		}
-	}
-	return bfs.Remove(name)
-}
-
 // sub is the folder dir of the files as an fs.FS (dir "" or "." is the root).
 func (m *memFiles) sub(dir string) (fs.FS, error) {
 	root := iofs.New(m.fs)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -275,6 +274,3 @@ func (s *scope) observeDuration(h *v1alpha1.Revision) {
 		metrics.RolloutDuration.WithLabelValues(s.ro.Namespace, s.ro.Name, h.Outcome).Observe(h.FinishedAt.Sub(h.StartedAt.Time).Seconds())
 	}
 }
-
-// revisionLabel is the value of the revision label of a rollout's snapshots.
-func revisionLabel(rev int32) string { return strconv.Itoa(int(rev)) }
