@@ -13,7 +13,6 @@ import (
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -136,7 +135,7 @@ func Objects(ctx context.Context, cl *member.Cluster, objs []*unstructured.Unstr
 		return nil, err
 	}
 	if o.Namespace != "" && !slices.ContainsFunc(byStage[StageNamespaces], func(u *unstructured.Unstructured) bool { return u.GetName() == o.Namespace }) {
-		if err := EnsureNamespace(ctx, cl.Client, o.Namespace); err != nil {
+		if err := member.EnsureNamespace(ctx, cl.Client, o.Namespace); err != nil {
 			return nil, err
 		}
 	}
@@ -161,18 +160,6 @@ func Objects(ctx context.Context, cl *member.Cluster, objs []*unstructured.Unstr
 		}
 	}
 	return applied, nil
-}
-
-// EnsureNamespace creates a namespace unless it exists.
-func EnsureNamespace(ctx context.Context, c client.Client, name string) error {
-	ns := &unstructured.Unstructured{}
-	ns.SetAPIVersion("v1")
-	ns.SetKind("Namespace")
-	ns.SetName(name)
-	if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating namespace %s: %w", name, err)
-	}
-	return nil
 }
 
 // Apply server-side-applies one object with field manager rewind, forcing ownership.

@@ -149,7 +149,10 @@ func durationOrNil(d time.Duration) *time.Duration {
 // to the members and one cache of releases.
 func setupReconcilers(mgr ctrl.Manager, o Options) error {
 	hub := hubReader{Client: mgr.GetClient(), reader: mgr.GetAPIReader()}
-	members := &member.Cache{Hub: hub}
+	// Member kubeconfig Secrets are read on every step of every cluster: from the manager's
+	// cache, which watches the labelled ones; another (unlabelled, or in a namespace the cache
+	// does not watch) from the API server.
+	members := &member.Cache{Hub: kubeconfigReader{hub: hub, cache: mgr.GetClient()}}
 	releases := &release.Cache{}
 	if err := (&MemberClusterReconciler{Client: mgr.GetClient(), Members: members}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the MemberCluster controller: %w", err)
@@ -242,4 +245,22 @@ func isSecret(obj runtime.Object) bool {
 	}
 	gvk := obj.GetObjectKind().GroupVersionKind()
 	return gvk.Group == "" && (gvk.Kind == "Secret" || gvk.Kind == "SecretList")
+}
+
+// kubeconfigReader reads Secrets from the manager's cache first (the member kubeconfigs it
+// watches) and from the API server when the cache does not have them; everything else as hub.
+type kubeconfigReader struct {
+	hub   hubReader
+	cache client.Reader
+}
+
+func (k kubeconfigReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if isSecret(obj) && k.cache.Get(ctx, key, obj, opts...) == nil {
+		return nil
+	}
+	return k.hub.Get(ctx, key, obj, opts...)
+}
+
+func (k kubeconfigReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	return k.hub.List(ctx, list, opts...)
 }

@@ -146,7 +146,7 @@ func WriteRecord(ctx context.Context, c client.Client, rec Record) error {
 	if rec.Operator == "" {
 		return fmt.Errorf("installed-version record: operator is empty")
 	}
-	if err := ensureNamespace(ctx, c, RecordNamespace); err != nil {
+	if err := EnsureNamespace(ctx, c, RecordNamespace); err != nil {
 		return err
 	}
 	key := client.ObjectKey{Namespace: RecordNamespace, Name: RecordName(rec.Operator)}
@@ -202,7 +202,8 @@ func hasLabels(have, want map[string]string) bool {
 	return true
 }
 
-func ensureNamespace(ctx context.Context, c client.Client, name string) error {
+// EnsureNamespace creates a namespace unless it exists.
+func EnsureNamespace(ctx context.Context, c client.Client, name string) error {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating namespace %s: %w", name, err)

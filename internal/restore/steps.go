@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/pager"
 
+	"github.com/rewind-dev/rewind/internal/apply"
 	"github.com/rewind-dev/rewind/internal/snapshot"
 )
 
@@ -472,20 +473,9 @@ func (r *restorer) waitStorageVersion(ctx context.Context, group, version, plura
 }
 
 func (r *restorer) waitEstablished(ctx context.Context, name string) error {
-	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		crd, err := r.dyn.Resource(crdGVR).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
-		for _, c := range conds {
-			m, _ := c.(map[string]any)
-			if m["type"] == "Established" && m["status"] == "True" {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
+	crd := &unstructured.Unstructured{}
+	crd.SetName(name)
+	return apply.WaitEstablished(ctx, r.cl.Client, []*unstructured.Unstructured{crd}, time.Minute)
 }
 
 // migrate rewrites every object of gvr unchanged, so the API server stores it at the current

@@ -222,30 +222,16 @@ func (r *Reconciler) values(ctx context.Context, rel *v1alpha1.OperatorRelease) 
 			return nil, &failure{reason: v1alpha1.ReasonValuesInvalid, retry: true, err: fmt.Errorf("%s: not a YAML map of Helm values: %w", field, err),
 				fix: "fix the ConfigMap; rewind keeps trying"}
 		}
-		mergeValues(out, m)
+		out = release.MergeValues(out, m)
 	}
 	if rel.Spec.Values != nil && len(rel.Spec.Values.Raw) > 0 {
 		m := map[string]interface{}{}
 		if err := json.Unmarshal(rel.Spec.Values.Raw, &m); err != nil {
 			return nil, &failure{reason: v1alpha1.ReasonValuesInvalid, err: fmt.Errorf("spec.values is not a map of Helm values: %w", err), fix: "create a new release with a map in spec.values"}
 		}
-		mergeValues(out, m)
+		out = release.MergeValues(out, m)
 	}
 	return out, nil
-}
-
-// mergeValues merges src into dst as helm merges several values files: maps merge key by key,
-// any other value of src replaces dst's.
-func mergeValues(dst, src map[string]interface{}) {
-	for k, v := range src {
-		if sm, ok := v.(map[string]interface{}); ok {
-			if dm, ok := dst[k].(map[string]interface{}); ok {
-				mergeValues(dm, sm)
-				continue
-			}
-		}
-		dst[k] = v
-	}
 }
 
 // describe names a source in messages.
