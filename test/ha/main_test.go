@@ -1,3 +1,5 @@
+//go:build !unit
+
 // Package ha checks that rewind's controller survives the loss of its leader. Two
 // rewind-controller processes (the binary the image runs, built by the test) run against a real
 // hub with leader election, as the controller's ServiceAccount with the shipped RBAC
