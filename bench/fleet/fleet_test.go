@@ -16,6 +16,7 @@ package fleet
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -27,6 +28,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,6 +40,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
@@ -87,6 +91,7 @@ func makeRelease(b *testing.B, hub client.Client, ns, name, version, podSpec str
 type controllerProcess struct {
 	cmd     *exec.Cmd
 	metrics string // URL of /metrics
+	pprof   string // base URL of /debug/pprof, when REWIND_FLEET_PPROF is set
 	mu      sync.Mutex
 	peakRSS int64
 	stop    chan struct{}
@@ -112,9 +117,15 @@ func startController(b *testing.B) *controllerProcess {
 	}
 	port := freePort(b)
 	p := &controllerProcess{metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", port), stop: make(chan struct{}), done: make(chan struct{})}
-	p.cmd = exec.Command(bin, "controller", "--kubeconfig", env.Hub.Kubeconfig,
+	args := []string{"controller", "--kubeconfig", env.Hub.Kubeconfig,
 		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", port), "--health-probe-bind-address", "0",
-		"--target-workers", "32", "--gate-poll", "500ms", "--metrics-secure=false")
+		"--target-workers", "32", "--gate-poll", "500ms", "--metrics-secure=false"}
+	if profileDir != "" {
+		pp := freePort(b)
+		p.pprof = fmt.Sprintf("http://127.0.0.1:%d/debug/pprof", pp)
+		args = append(args, "--pprof-bind-address", fmt.Sprintf("127.0.0.1:%d", pp))
+	}
+	p.cmd = exec.Command(bin, args...)
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	logFile, err := os.Create(filepath.Join(env.StateDir, "controller.log"))
 	if err != nil {
@@ -162,6 +173,126 @@ func startController(b *testing.B) *controllerProcess {
 	return p
 }
 
+// profileDir (REWIND_FLEET_PPROF) receives the controller's CPU profile of (a) and its heap
+// profile at the peak of (b), for `go tool pprof`.
+var profileDir = os.Getenv("REWIND_FLEET_PPROF")
+
+// fetchProfile saves the controller's pprof endpoint name (with query) to file.
+func (p *controllerProcess) fetchProfile(name, file string) error {
+	resp, err := http.Get(p.pprof + "/" + name)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", name, resp.Status)
+	}
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(profileDir, file), data, 0o644)
+}
+
+// profileDuring saves a CPU profile of the next seconds, and heap profiles every second while
+// RSS is at a new peak, until stop is closed.
+func (p *controllerProcess) profileDuring(b *testing.B, label string, seconds int) (stop func()) {
+	if profileDir == "" {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := p.fetchProfile(fmt.Sprintf("profile?seconds=%d", seconds), label+".cpu.pprof"); err != nil {
+			b.Logf("cpu profile: %v", err)
+		}
+	})
+	// One member of the fleet wave and the hub: their API servers' own profiles.
+	for name, c := range map[string]*testbed.Cluster{"member": env.Members[len(env.Members)/2], "hub": env.Hub} {
+		wg.Go(func() {
+			rc, err := rest.RESTClientFor(restConfigForRaw(c.RESTConfig()))
+			if err != nil {
+				b.Logf("%s profile: %v", name, err)
+				return
+			}
+			data, err := rc.Get().AbsPath("/debug/pprof/profile").Param("seconds", strconv.Itoa(seconds)).DoRaw(context.Background())
+			if err != nil {
+				b.Logf("%s profile: %v", name, err)
+				return
+			}
+			if err := os.WriteFile(filepath.Join(profileDir, label+"."+name+"-apiserver.cpu.pprof"), data, 0o644); err != nil {
+				b.Logf("%s profile: %v", name, err)
+			}
+		})
+	}
+	wg.Go(func() {
+		var peak int64
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			if rss := rssOf(p.cmd.Process.Pid); rss > peak {
+				peak = rss
+				if err := p.fetchProfile("heap", label+".heap.pprof"); err != nil {
+					b.Logf("heap profile: %v", err)
+				}
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}
+
+// restConfigForRaw prepares cfg for a raw REST client (no API group).
+func restConfigForRaw(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.GroupVersion = &corev1.SchemeGroupVersion
+	c.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
+	c.Timeout = time.Minute
+	return c
+}
+
+// cpuTimes returns the CPU seconds used so far by each kind of testbed process (etcd,
+// kube-apiserver of the hub, kube-apiserver of the members, ...), by this process (the
+// benchmark: its clients and any in-process latency proxy) and by the controller.
+func cpuTimes(p *controllerProcess) map[string]float64 {
+	out := map[string]float64{"controller": procCPU(p.cmd.Process.Pid), "benchmark process": procCPU(os.Getpid())}
+	for _, r := range env.Processes() {
+		kind, cluster, _ := strings.Cut(r.Name, "/")
+		switch {
+		case cluster == "hub":
+			kind += " (hub)"
+		case cluster != "":
+			kind += " (members)"
+		}
+		out[kind] += procCPU(r.PID)
+	}
+	return out
+}
+
+// cpuBreakdown formats the CPU seconds spent by each kind between two cpuTimes.
+func cpuBreakdown(before, after map[string]float64) string {
+	type kv struct {
+		k string
+		v float64
+	}
+	var all []kv
+	for k, v := range after {
+		all = append(all, kv{k, v - before[k]})
+	}
+	slices.SortFunc(all, func(a, b kv) int { return cmp.Compare(b.v, a.v) })
+	var parts []string
+	for _, e := range all {
+		if e.v >= 0.05 {
+			parts = append(parts, fmt.Sprintf("%s %.1f", e.k, e.v))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
 func rssOf(pid int) int64 {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
@@ -179,8 +310,11 @@ func rssOf(pid int) int64 {
 }
 
 // cpuSeconds returns the CPU time the controller used so far.
-func (p *controllerProcess) cpuSeconds() float64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+func (p *controllerProcess) cpuSeconds() float64 { return procCPU(p.cmd.Process.Pid) }
+
+// procCPU returns the CPU seconds process pid used so far (0 if it is gone).
+func procCPU(pid int) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0
 	}
@@ -454,9 +588,13 @@ func BenchmarkFleet(b *testing.B) {
 	p.resetPeak()
 	reqBefore := p.hubRequests(b)
 	cpuBefore, busyBefore, wallBefore := p.cpuSeconds(), machineBusy(), time.Now()
+	timesBefore := cpuTimes(p)
+	stopProfile := p.profileDuring(b, "a", 8)
 	setRelease(b, hub, ns, "fleet", "mysql-b")
 	w = watch(ctx, hub, ns, "fleet")
 	upgraded := w.until(b, 10*time.Minute, "mysql-b", phaseIs("mysql-b", v1alpha1.RolloutSucceeded))
+	stopProfile()
+	breakdownA := cpuBreakdown(timesBefore, cpuTimes(p))
 	reqUpgrade := p.hubRequests(b) - reqBefore
 	cpuA, busyA, wallA := p.cpuSeconds()-cpuBefore, machineBusy()-busyBefore, time.Since(wallBefore)
 	canary := w.span(names[:1], v1alpha1.PathUpgrade)
@@ -471,7 +609,11 @@ func BenchmarkFleet(b *testing.B) {
 	setRelease(b, hub, ns, "fleet", "mysql-picky")
 	w = watch(ctx, hub, ns, "fleet")
 	w.until(b, 10*time.Minute, "mysql-picky", func(ro *v1alpha1.Rollout) bool { return ro.Status.Phase == v1alpha1.RolloutRollingBack })
+	timesBefore = cpuTimes(p)
+	stopProfile = p.profileDuring(b, "b", 10)
 	rolledBack := w.until(b, 10*time.Minute, "mysql-b", phaseIs("mysql-b", v1alpha1.RolloutRolledBack))
+	stopProfile()
+	breakdownB := cpuBreakdown(timesBefore, cpuTimes(p))
 	reqRollback := p.hubRequests(b) - reqBefore
 	all := w.span(names, v1alpha1.PathRestore)
 	fromGate := w.phaseAt[v1alpha1.RolloutRolledBack].Sub(w.phaseAt[v1alpha1.RolloutRollingBack])
@@ -485,8 +627,10 @@ func BenchmarkFleet(b *testing.B) {
 	fmt.Printf("    (first install of the %d clusters of the fleet wave: %s)\n", members-1, install.Round(10*time.Millisecond))
 	fmt.Printf("    during (a), %.1f s of wall time: the machine's %d cores were %.0f%% busy; the controller used %.1f CPU seconds (%.0f%% of the machine's busy time), the %d simulated clusters (API servers, etcd, controllers, kwok) the rest\n",
 		wallA.Seconds(), runtime.NumCPU(), 100*busyA/(wallA.Seconds()*float64(runtime.NumCPU())), cpuA, 100*cpuA/busyA, members)
+	fmt.Printf("    CPU seconds during (a) by process: %s\n", breakdownA)
 	fmt.Printf("(b) RollbackAll of %d clusters: %s from the failed gate to all restored and healthy (the restores alone: %s); one cluster's rollback, measured the same way: %s (its restore alone: %s); ratio %.2f (target <= 2)\n",
 		members, fromGate.Round(10*time.Millisecond), all.Round(10*time.Millisecond), oneRollback.Round(10*time.Millisecond), oneRestore.Round(10*time.Millisecond), fromGate.Seconds()/oneRollback.Seconds())
+	fmt.Printf("    CPU seconds during (b)'s restores by process: %s\n", breakdownB)
 	fmt.Printf("(c) controller peak RSS: %.0f MiB during (a), %.0f MiB during (b) (target <= 200 MiB)\n", float64(rssA)/(1<<20), float64(rssB)/(1<<20))
 	fmt.Printf("(d) hub API requests by the controller: %.0f per cluster for the upgrade, %.0f per cluster for the failed release and its rollback\n", perClusterUp, perClusterBack)
 	fmt.Printf("    extrapolated to 1,000 clusters (linear: requests = per-cluster x clusters): %.0f and %.0f\n", perClusterUp*1000, perClusterBack*1000)

@@ -47,6 +47,8 @@ type Options struct {
 	MetricsAddr string
 	// ProbeAddr is the bind address of /healthz and /readyz.
 	ProbeAddr string
+	// PprofAddr is the bind address of Go's /debug/pprof endpoints ("" or "0" disables them).
+	PprofAddr string
 	// LeaderElection makes only one replica active at a time.
 	LeaderElection bool
 	// LeaderElectionNamespace is where the lease lives (default: the in-cluster namespace, or
@@ -105,6 +107,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		Scheme:                        Scheme,
 		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        o.ProbeAddr,
+		PprofBindAddress:              o.PprofAddr,
 		LeaderElection:                o.LeaderElection,
 		LeaderElectionID:              LeaderElectionID,
 		LeaderElectionNamespace:       ns,

@@ -39,6 +39,7 @@ func AddFlags(cmd *cobra.Command) (*controller.Options, *bool) {
 	f.BoolVar(&o.MetricsSecure, "metrics-secure", true, "serve metrics over HTTPS to authenticated and authorized clients only (TokenReview and SubjectAccessReview against the hub)")
 	f.StringVar(&o.MetricsCertDir, "metrics-cert-dir", "", "folder with tls.crt and tls.key for the metrics endpoint (default: a self-signed certificate)")
 	f.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	f.StringVar(&o.PprofAddr, "pprof-bind-address", "0", "address of Go's /debug/pprof profiling endpoints, unauthenticated: bind it to localhost or leave it off (0)")
 	f.BoolVar(&o.LeaderElection, "leader-elect", false, "elect a leader so that only one replica reconciles")
 	f.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader-election lease (default "+controller.DefaultSystemNamespace+")")
 	f.DurationVar(&o.LeaseDuration, "leader-election-lease-duration", 15*time.Second, "how long a standby waits after the last renewal before it takes the lead")
