@@ -74,7 +74,7 @@ func TestMain(m *testing.M) {
 		// No benchmark selected (e.g. `go test ./...`): no fleet needed.
 		os.Exit(m.Run())
 	}
-	testenv.Main(m, testbed.Options{Members: members, Workloads: true, Nodes: 1, MemberLatency: latency}, &env)
+	testenv.Main(m, testbed.Options{Members: members, Workloads: true, Nodes: 1, MemberLatency: latency, Profiling: profileDir != ""}, &env)
 }
 
 // avoidMarked makes the operator unschedulable on nodes labelled rewind.dev/broken=true.
@@ -584,6 +584,12 @@ func BenchmarkFleet(b *testing.B) {
 	w.until(b, 10*time.Minute, "mysql-a", phaseIs("mysql-a", v1alpha1.RolloutSucceeded))
 	install := w.span(names[1:], v1alpha1.PathUpgrade)
 
+	// The background: what the idle fleet costs, before (a).
+	idleBefore, idleStart := cpuTimes(p), time.Now()
+	time.Sleep(5 * time.Second) // a measurement window, not a wait for a condition
+	idle := cpuBreakdown(idleBefore, cpuTimes(p))
+	idleFor := time.Since(idleStart)
+
 	// (a) The upgrade: the canary wave, then the fleet wave.
 	p.resetPeak()
 	reqBefore := p.hubRequests(b)
@@ -628,6 +634,7 @@ func BenchmarkFleet(b *testing.B) {
 	fmt.Printf("    during (a), %.1f s of wall time: the machine's %d cores were %.0f%% busy; the controller used %.1f CPU seconds (%.0f%% of the machine's busy time), the %d simulated clusters (API servers, etcd, controllers, kwok) the rest\n",
 		wallA.Seconds(), runtime.NumCPU(), 100*busyA/(wallA.Seconds()*float64(runtime.NumCPU())), cpuA, 100*cpuA/busyA, members)
 	fmt.Printf("    CPU seconds during (a) by process: %s\n", breakdownA)
+	fmt.Printf("    (the idle fleet, for comparison, over %.1f s before (a): %s)\n", idleFor.Seconds(), idle)
 	fmt.Printf("(b) RollbackAll of %d clusters: %s from the failed gate to all restored and healthy (the restores alone: %s); one cluster's rollback, measured the same way: %s (its restore alone: %s); ratio %.2f (target <= 2)\n",
 		members, fromGate.Round(10*time.Millisecond), all.Round(10*time.Millisecond), oneRollback.Round(10*time.Millisecond), oneRestore.Round(10*time.Millisecond), fromGate.Seconds()/oneRollback.Seconds())
 	fmt.Printf("    CPU seconds during (b)'s restores by process: %s\n", breakdownB)

@@ -62,7 +62,6 @@ func newCommand() *cobra.Command {
 		if err != nil {
 			return fmt.Errorf("loading the hub's client configuration (--kubeconfig, $KUBECONFIG, or the pod's service account): %w", err)
 		}
-		cfg.QPS, cfg.Burst = 50, 100
 		return controllercmd.Run(cmd, cfg, o, *devLog)
 	}
 	return cmd

@@ -80,3 +80,14 @@ func TestLeaderElectionFlagsMustBeOrdered(t *testing.T) {
 		t.Errorf("want an error naming the flags, got %v", err)
 	}
 }
+
+func TestHubRateLimitMustBePositive(t *testing.T) {
+	for _, args := range [][]string{{"--kube-api-qps=0"}, {"--kube-api-burst=0"}, {"--kube-api-qps=-1"}} {
+		cmd := newCommand()
+		cmd.SetArgs(append(args, "--kubeconfig=/nonexistent"))
+		err := cmd.Execute()
+		if err == nil || !strings.Contains(err.Error(), "--kube-api-qps") || !strings.Contains(err.Error(), "must be positive") {
+			t.Errorf("%v: want an error naming the flags, got %v", args, err)
+		}
+	}
+}

@@ -78,6 +78,10 @@ type Options struct {
 	// the next periodic check. The controller needs no Secret access outside the namespaces it
 	// is bound to.
 	KubeconfigNamespaces []string
+	// HubQPS and HubBurst, when positive, set the client-side rate limit of requests to the
+	// hub. A wave of N clusters makes about 25 hub requests per cluster at once.
+	HubQPS   float32
+	HubBurst int
 }
 
 // DefaultSystemNamespace holds the member kubeconfig Secrets, the snapshot key and the
@@ -86,6 +90,10 @@ const DefaultSystemNamespace = "rewind-system"
 
 // NewManager builds the manager with health and readiness checks and every reconciler.
 func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
+	if o.HubQPS > 0 {
+		cfg = rest.CopyConfig(cfg)
+		cfg.QPS, cfg.Burst = o.HubQPS, max(o.HubBurst, 1)
+	}
 	ns := o.LeaderElectionNamespace
 	if ns == "" && o.LeaderElection {
 		ns = DefaultSystemNamespace

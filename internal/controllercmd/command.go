@@ -47,6 +47,8 @@ func AddFlags(cmd *cobra.Command) (*controller.Options, *bool) {
 	f.DurationVar(&o.RetryPeriod, "leader-election-retry-period", 2*time.Second, "how often candidates try to acquire or renew the lease")
 	f.StringSliceVar(&o.KubeconfigNamespaces, "kubeconfig-namespaces", []string{controller.DefaultSystemNamespace}, "namespaces whose member kubeconfig Secrets (labelled "+controller.LabelMemberKubeconfig+"=true) are watched")
 	f.IntVar(&o.TargetWorkers, "target-workers", 32, "how many member clusters' steps run at once")
+	f.Float32Var(&o.HubQPS, "kube-api-qps", 200, "the most requests per second to the hub API server, on average (its API priority and fairness protects it too)")
+	f.IntVar(&o.HubBurst, "kube-api-burst", 500, "the most requests to the hub API server in a burst above --kube-api-qps (a wave of N clusters makes about 25 hub requests per cluster)")
 	f.DurationVar(&o.GatePoll, "gate-poll", 2*time.Second, "how often unhealthy clusters are re-checked during a health gate or bake")
 	f.BoolVar(devLog, "dev-log", false, "human-readable logs instead of JSON")
 	return o, devLog
@@ -54,6 +56,9 @@ func AddFlags(cmd *cobra.Command) (*controller.Options, *bool) {
 
 // Validate checks flag values that depend on each other.
 func Validate(o *controller.Options) error {
+	if o.HubQPS <= 0 || o.HubBurst < 1 {
+		return fmt.Errorf("--kube-api-qps (%g) and --kube-api-burst (%d) must be positive", o.HubQPS, o.HubBurst)
+	}
 	if o.LeaderElection && !(o.RetryPeriod < o.RenewDeadline && o.RenewDeadline < o.LeaseDuration) {
 		return fmt.Errorf("leader election needs --leader-election-retry-period (%s) < --leader-election-renew-deadline (%s) < --leader-election-lease-duration (%s)",
 			o.RetryPeriod, o.RenewDeadline, o.LeaseDuration)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/fluxcd/cli-utils/pkg/kstatus/status"
 	"github.com/google/cel-go/cel"
@@ -16,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/member"
@@ -60,7 +62,9 @@ func (r Result) Summary() string {
 }
 
 // Check evaluates every gate once against the member. Applied objects are looked up by their
-// kind's scope on the member (see member.Cluster.Scoped), whatever kind they are.
+// kind's scope on the member (see member.Cluster.Scoped), whatever kind they are, in
+// parallel. Custom resources and CEL checks are evaluated only once every applied object is
+// healthy, so an early check reports the applied objects' problems alone.
 func Check(ctx context.Context, cl *member.Cluster, t Target) (Result, error) {
 	var res Result
 	progs, err := CompileCEL(t.CEL)
@@ -71,34 +75,40 @@ func Check(ctx context.Context, cl *member.Cluster, t Target) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	operatorFound := false
-	for _, a := range applied {
+	// The applied objects are read in parallel: each GET costs a round trip to the member.
+	type verdict struct {
+		problems []string
+		operator bool
+	}
+	verdicts := make([]verdict, len(applied))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for i, a := range applied {
 		ri, _, err := cl.ResourceClient(cl.Dynamic, a)
 		if err != nil {
 			return res, err
 		}
-		live, err := ri.Get(ctx, a.GetName(), metav1.GetOptions{})
-		if err != nil {
-			res.Problems = append(res.Problems, fmt.Sprintf("%s %s: %v", a.GetKind(), name(a), err))
-			continue
-		}
-		st, err := status.Compute(live)
-		if err != nil {
-			res.Problems = append(res.Problems, fmt.Sprintf("%s %s: status cannot be computed: %v", a.GetKind(), name(a), err))
-			continue
-		}
-		if st.Status != status.CurrentStatus {
-			res.Problems = append(res.Problems, fmt.Sprintf("%s %s is %s: %s", a.GetKind(), name(a), st.Status, st.Message))
-		}
-		if a.GetKind() == "Deployment" && a.GroupVersionKind().Group == "apps" && runsImage(live, t.OperatorImage) {
-			operatorFound = true
-			if !deploymentAvailable(live) {
-				res.Problems = append(res.Problems, fmt.Sprintf("operator Deployment %s is not Available", name(a)))
-			}
-		}
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			verdicts[i].problems, verdicts[i].operator = checkApplied(ctx, ri, a, t.OperatorImage)
+		})
+	}
+	wg.Wait()
+	operatorFound := false
+	for _, v := range verdicts {
+		res.Problems = append(res.Problems, v.problems...)
+		operatorFound = operatorFound || v.operator
 	}
 	if t.OperatorImage != "" && !operatorFound {
 		res.Problems = append(res.Problems, fmt.Sprintf("no applied Deployment runs the operator image %s", t.OperatorImage))
+	}
+	if len(res.Problems) > 0 {
+		// Custom resources are listed once every applied object is healthy: until the operator
+		// runs, its resources' state says nothing new, and their LIST is the costliest part of
+		// a check for the member and for us.
+		sort.Strings(res.Problems)
+		return res, nil
 	}
 	for _, crd := range t.CRDs {
 		if t.SkipCustomResources && len(progs[crd.Kind]) == 0 {
@@ -136,6 +146,31 @@ func Check(ctx context.Context, cl *member.Cluster, t Target) (Result, error) {
 	}
 	sort.Strings(res.Problems)
 	return res, nil
+}
+
+// checkApplied reads one applied object and returns its problems, and whether it is a
+// Deployment running the operator image.
+func checkApplied(ctx context.Context, ri dynamic.ResourceInterface, a *unstructured.Unstructured, operatorImage string) ([]string, bool) {
+	live, err := ri.Get(ctx, a.GetName(), metav1.GetOptions{})
+	if err != nil {
+		return []string{fmt.Sprintf("%s %s: %v", a.GetKind(), name(a), err)}, false
+	}
+	st, err := status.Compute(live)
+	if err != nil {
+		return []string{fmt.Sprintf("%s %s: status cannot be computed: %v", a.GetKind(), name(a), err)}, false
+	}
+	var problems []string
+	if st.Status != status.CurrentStatus {
+		problems = append(problems, fmt.Sprintf("%s %s is %s: %s", a.GetKind(), name(a), st.Status, st.Message))
+	}
+	operator := false
+	if a.GetKind() == "Deployment" && a.GroupVersionKind().Group == "apps" && runsImage(live, operatorImage) {
+		operator = true
+		if !deploymentAvailable(live) {
+			problems = append(problems, fmt.Sprintf("operator Deployment %s is not Available", name(a)))
+		}
+	}
+	return problems, operator
 }
 
 func name(u *unstructured.Unstructured) string {

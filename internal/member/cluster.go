@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -65,6 +66,9 @@ type Cluster struct {
 	live      discovery.DiscoveryInterface
 	discovery discovery.CachedDiscoveryInterface
 	mapper    *restmapper.DeferredDiscoveryRESTMapper
+	// resources memoizes Resource per kind until the mapper is reset: a restore maps every
+	// entry, and the deferred mapper's lookup is costly.
+	resources sync.Map // schema.GroupVersionKind -> Resource
 }
 
 // New builds the clients of a member from its client configuration.
@@ -136,7 +140,10 @@ func (c *Cluster) Mapper() meta.RESTMapper { return c.mapper }
 
 // ResetMapper forgets what discovery said, so that kinds served since (a CRD just applied, a
 // version added or removed) are found. Resource resets it by itself when a kind is missing.
-func (c *Cluster) ResetMapper() { c.mapper.Reset() }
+func (c *Cluster) ResetMapper() {
+	c.resources.Clear()
+	c.mapper.Reset()
+}
 
 // Resource is what discovery says of one kind on a member.
 type Resource struct {
@@ -179,9 +186,14 @@ func kindString(gvk schema.GroupVersionKind) string {
 // discovery does not know is looked up again after a reset (its CRD may have been applied
 // since); one the member really does not serve is a *NotServedError.
 func (c *Cluster) Resource(gvk schema.GroupVersionKind) (Resource, error) {
+	if r, ok := c.resources.Load(gvk); ok {
+		res := r.(Resource)
+		res.Categories = slices.Clone(res.Categories)
+		return res, nil
+	}
 	m, err := c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	if err != nil && meta.IsNoMatchError(err) {
-		c.mapper.Reset()
+		c.ResetMapper()
 		m, err = c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	}
 	if err != nil {
@@ -200,6 +212,7 @@ func (c *Cluster) Resource(gvk schema.GroupVersionKind) (Resource, error) {
 				res.Status = true
 			}
 		}
+		c.resources.Store(gvk, res)
 	}
 	return res, nil
 }

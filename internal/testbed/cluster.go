@@ -98,7 +98,7 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 		"--allow-privileged=true",
 		"--endpoint-reconciler-type=none",
 		"--enable-priority-and-fairness=false",
-		"--profiling=false",
+		fmt.Sprintf("--profiling=%t", t.opts.Profiling),
 		"--max-requests-inflight=1000",
 		"--max-mutating-requests-inflight=500",
 		// Webhook Services resolve through their EndpointSlices, not their ClusterIP (there is no

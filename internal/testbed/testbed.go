@@ -52,6 +52,9 @@ type Options struct {
 	// bytes by MemberLatency in each direction, so a request takes at least one round trip of
 	// twice that. The member's own controllers, scheduler and kwok talk to it directly.
 	MemberLatency time.Duration
+	// Profiling serves Go's /debug/pprof on every API server (to admin users), for benchmarks
+	// that profile the simulated clusters.
+	Profiling bool
 	// ProxyCommand runs the latency proxy of a Detached testbed in its own process, so that it
 	// outlives Start's caller: the program and its leading arguments, to which ProxyArgs are
 	// appended (the CLI passes its own executable and "testbed", "proxy"). An attached testbed
