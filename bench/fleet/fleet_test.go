@@ -22,6 +22,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -351,8 +352,9 @@ func (p *controllerProcess) resetPeak() int64 {
 	return peak
 }
 
-// hubRequests reads the controller's client-go request counter for the hub.
-func (p *controllerProcess) hubRequests(b *testing.B) float64 {
+// requests reads the controller's client-go request counters: the hub's total, and the
+// members' by method.
+func (p *controllerProcess) requests(b *testing.B) (hub float64, members map[string]float64) {
 	b.Helper()
 	resp, err := http.Get(p.metrics)
 	if err != nil {
@@ -364,16 +366,35 @@ func (p *controllerProcess) hubRequests(b *testing.B) float64 {
 		b.Fatal(err)
 	}
 	hubHost := strings.TrimPrefix(env.Hub.Server, "https://")
-	sum := 0.0
+	members = map[string]float64{}
 	for _, line := range strings.Split(string(data), "\n") {
-		if !strings.HasPrefix(line, "rest_client_requests_total{") || !strings.Contains(line, `host="`+hubHost+`"`) {
+		if !strings.HasPrefix(line, "rest_client_requests_total{") {
 			continue
 		}
 		fields := strings.Fields(line)
 		v, _ := strconv.ParseFloat(fields[len(fields)-1], 64)
-		sum += v
+		if strings.Contains(line, `host="`+hubHost+`"`) {
+			hub += v
+			continue
+		}
+		_, method, _ := strings.Cut(line, `method="`)
+		method, _, _ = strings.Cut(method, `"`)
+		members[method] += v
 	}
-	return sum
+	return hub, members
+}
+
+// perCluster formats the member requests made between two counts, per cluster, by method.
+func perCluster(before, after map[string]float64) string {
+	var parts []string
+	total := 0.0
+	for _, m := range slices.Sorted(maps.Keys(after)) {
+		if d := (after[m] - before[m]) / float64(members); d >= 0.05 {
+			parts = append(parts, fmt.Sprintf("%s %.1f", m, d))
+			total += d
+		}
+	}
+	return fmt.Sprintf("%.0f (%s)", total, strings.Join(parts, ", "))
 }
 
 // watcher polls a rollout's targets and records, by the local clock, when each was first seen
@@ -592,7 +613,7 @@ func BenchmarkFleet(b *testing.B) {
 
 	// (a) The upgrade: the canary wave, then the fleet wave.
 	p.resetPeak()
-	reqBefore := p.hubRequests(b)
+	reqBefore, memberBefore := p.requests(b)
 	cpuBefore, busyBefore, wallBefore := p.cpuSeconds(), machineBusy(), time.Now()
 	timesBefore := cpuTimes(p)
 	stopProfile := p.profileDuring(b, "a", 8)
@@ -601,7 +622,8 @@ func BenchmarkFleet(b *testing.B) {
 	upgraded := w.until(b, 10*time.Minute, "mysql-b", phaseIs("mysql-b", v1alpha1.RolloutSucceeded))
 	stopProfile()
 	breakdownA := cpuBreakdown(timesBefore, cpuTimes(p))
-	reqUpgrade := p.hubRequests(b) - reqBefore
+	reqAfter, memberAfter := p.requests(b)
+	reqUpgrade, memberUpgrade := reqAfter-reqBefore, perCluster(memberBefore, memberAfter)
 	cpuA, busyA, wallA := p.cpuSeconds()-cpuBefore, machineBusy()-busyBefore, time.Since(wallBefore)
 	canary := w.span(names[:1], v1alpha1.PathUpgrade)
 	wave := w.span(names[1:], v1alpha1.PathUpgrade)
@@ -611,7 +633,7 @@ func BenchmarkFleet(b *testing.B) {
 	// (b) A release that fails on the last member only (its nodes are marked): the canary and
 	// the others pass, the last fails its gate, and RollbackAll restores every cluster.
 	markNodes(b, env.Members[len(env.Members)-1])
-	reqBefore = p.hubRequests(b)
+	reqBefore, memberBefore = p.requests(b)
 	setRelease(b, hub, ns, "fleet", "mysql-picky")
 	w = watch(ctx, hub, ns, "fleet")
 	w.until(b, 10*time.Minute, "mysql-picky", func(ro *v1alpha1.Rollout) bool { return ro.Status.Phase == v1alpha1.RolloutRollingBack })
@@ -620,7 +642,8 @@ func BenchmarkFleet(b *testing.B) {
 	rolledBack := w.until(b, 10*time.Minute, "mysql-b", phaseIs("mysql-b", v1alpha1.RolloutRolledBack))
 	stopProfile()
 	breakdownB := cpuBreakdown(timesBefore, cpuTimes(p))
-	reqRollback := p.hubRequests(b) - reqBefore
+	reqAfter, memberAfter = p.requests(b)
+	reqRollback, memberRollback := reqAfter-reqBefore, perCluster(memberBefore, memberAfter)
 	all := w.span(names, v1alpha1.PathRestore)
 	fromGate := w.phaseAt[v1alpha1.RolloutRolledBack].Sub(w.phaseAt[v1alpha1.RolloutRollingBack])
 	statusRollback, _ := json.Marshal(rolledBack.Status)
@@ -640,6 +663,7 @@ func BenchmarkFleet(b *testing.B) {
 	fmt.Printf("    CPU seconds during (b)'s restores by process: %s\n", breakdownB)
 	fmt.Printf("(c) controller peak RSS: %.0f MiB during (a), %.0f MiB during (b) (target <= 200 MiB)\n", float64(rssA)/(1<<20), float64(rssB)/(1<<20))
 	fmt.Printf("(d) hub API requests by the controller: %.0f per cluster for the upgrade, %.0f per cluster for the failed release and its rollback\n", perClusterUp, perClusterBack)
+	fmt.Printf("    member API requests by the controller, per cluster: %s for the upgrade, %s for the failed release and its rollback\n", memberUpgrade, memberRollback)
 	fmt.Printf("    extrapolated to 1,000 clusters (linear: requests = per-cluster x clusters): %.0f and %.0f\n", perClusterUp*1000, perClusterBack*1000)
 	fmt.Printf("    Rollout status: %d bytes after the upgrade, %d after the rollback, at %d clusters; at 1,000 clusters the status holds the same fields\n",
 		len(statusUpgrade), len(statusRollback), members)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -77,6 +78,13 @@ func Run(cmd *cobra.Command, cfg *rest.Config, o *controller.Options, devLog boo
 	v := version.Get()
 	log.Info("starting the rewind manager", "version", v.Version, "commit", v.Commit, "goVersion", v.GoVersion,
 		"hub", cfg.Host, "leaderElection", o.LeaderElection)
+	// In a pod with a memory limit, the Go runtime's soft limit is 90% of it (unless
+	// GOMEMLIMIT is set): the garbage collector works harder before the kernel kills the pod.
+	if limit, err := memlimit.SetGoMemLimitWithOpts(memlimit.WithRatio(0.9), memlimit.WithProvider(memlimit.FromCgroup)); err != nil {
+		log.Info("the memory limit of the cgroup is not applied to the Go runtime", "reason", err.Error())
+	} else if limit > 0 {
+		log.Info("Go memory limit set from the cgroup's", "GOMEMLIMIT", limit)
+	}
 	mgr, err := controller.NewManager(cfg, *o)
 	if err != nil {
 		return err
