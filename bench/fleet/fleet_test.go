@@ -48,6 +48,7 @@ import (
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/apply"
 	"github.com/rewind-dev/rewind/internal/controller"
+	"github.com/rewind-dev/rewind/internal/controllercmd"
 	"github.com/rewind-dev/rewind/internal/testbed"
 	"github.com/rewind-dev/rewind/internal/testbed/testenv"
 	"github.com/rewind-dev/rewind/internal/testfixture"
@@ -661,6 +662,15 @@ func BenchmarkFleet(b *testing.B) {
 	fmt.Printf("(b) RollbackAll of %d clusters: %s from the failed gate to all restored and healthy (the restores alone: %s); one cluster's rollback, measured the same way: %s (its restore alone: %s); ratio %.2f (target <= 2)\n",
 		members, fromGate.Round(10*time.Millisecond), all.Round(10*time.Millisecond), oneRollback.Round(10*time.Millisecond), oneRestore.Round(10*time.Millisecond), fromGate.Seconds()/oneRollback.Seconds())
 	fmt.Printf("    CPU seconds during (b)'s restores by process: %s\n", breakdownB)
+	var snaps v1alpha1.SnapshotList
+	if err := hub.List(ctx, &snaps, client.InNamespace(ns)); err != nil {
+		b.Fatal(err)
+	}
+	var snapBytes int64
+	for _, s := range snaps.Items {
+		snapBytes = max(snapBytes, s.Status.Bytes)
+	}
+	fmt.Printf("    each restore holds a snapshot of up to %.1f MiB uncompressed; the controller's --restore-memory default is %s\n", float64(snapBytes)/(1<<20), controllercmd.DefaultRestoreMemory)
 	fmt.Printf("(c) controller peak RSS: %.0f MiB during (a), %.0f MiB during (b) (target <= 200 MiB)\n", float64(rssA)/(1<<20), float64(rssB)/(1<<20))
 	fmt.Printf("(d) hub API requests by the controller: %.0f per cluster for the upgrade, %.0f per cluster for the failed release and its rollback\n", perClusterUp, perClusterBack)
 	fmt.Printf("    member API requests by the controller, per cluster: %s for the upgrade, %s for the failed release and its rollback\n", memberUpgrade, memberRollback)

@@ -91,3 +91,11 @@ func TestHubRateLimitMustBePositive(t *testing.T) {
 		}
 	}
 }
+
+func TestRestoreMemoryFlag(t *testing.T) {
+	cmd := newCommand()
+	cmd.SetArgs([]string{"--restore-memory=lots", "--kubeconfig=/nonexistent"})
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "--restore-memory") || !strings.Contains(err.Error(), "48Mi") {
+		t.Errorf("want an error naming the flag and an example, got %v", err)
+	}
+}

@@ -78,6 +78,9 @@ type Options struct {
 	// the next periodic check. The controller needs no Secret access outside the namespaces it
 	// is bound to.
 	KubeconfigNamespaces []string
+	// RestoreMemory bounds the snapshot content (uncompressed bytes) that running restores
+	// hold in memory at once; 0 is no bound.
+	RestoreMemory int64
 	// HubQPS and HubBurst, when positive, set the client-side rate limit of requests to the
 	// hub. A wave of N clusters makes about 25 hub requests per cluster at once.
 	HubQPS   float32
@@ -176,7 +179,8 @@ func setupReconcilers(mgr ctrl.Manager, o Options) error {
 		return fmt.Errorf("setting up the Rollout controller: %w", err)
 	}
 	tr := &target.Reconciler{Client: mgr.GetClient(), Hub: hub, Members: members, Releases: releases,
-		Recorder: mgr.GetEventRecorder("rewind-rollout"), GatePoll: o.GatePoll, Workers: o.TargetWorkers, CrashAt: o.CrashAt}
+		Recorder: mgr.GetEventRecorder("rewind-rollout"), GatePoll: o.GatePoll, Workers: o.TargetWorkers, CrashAt: o.CrashAt,
+		Restores: target.NewMemoryBudget(o.RestoreMemory)}
 	if err := tr.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the RolloutTarget controller: %w", err)
 	}

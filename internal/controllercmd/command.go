@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/rewind-dev/rewind/internal/controller"
+	"github.com/rewind-dev/rewind/internal/controller/target"
 	"github.com/rewind-dev/rewind/internal/version"
 )
 
@@ -36,6 +37,8 @@ func AddFlags(cmd *cobra.Command) (*controller.Options, *bool) {
 	o := &controller.Options{}
 	devLog := new(bool)
 	f := cmd.Flags()
+	o.RestoreMemory, _ = target.ParseMemoryBudget(DefaultRestoreMemory)
+	f.Var(&memoryFlag{v: &o.RestoreMemory, s: DefaultRestoreMemory}, "restore-memory", "the most snapshot content (uncompressed) that running restores hold in memory at once, about a tenth of the memory they use; a restore that does not fit waits, one larger than the budget runs alone; 0 is no bound")
 	f.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8443", "address of the Prometheus metrics endpoint; 0 disables it")
 	f.BoolVar(&o.MetricsSecure, "metrics-secure", true, "serve metrics over HTTPS to authenticated and authorized clients only (TokenReview and SubjectAccessReview against the hub)")
 	f.StringVar(&o.MetricsCertDir, "metrics-cert-dir", "", "folder with tls.crt and tls.key for the metrics endpoint (default: a self-signed certificate)")
@@ -53,6 +56,26 @@ func AddFlags(cmd *cobra.Command) (*controller.Options, *bool) {
 	f.DurationVar(&o.GatePoll, "gate-poll", 2*time.Second, "how often unhealthy clusters are re-checked during a health gate or bake")
 	f.BoolVar(devLog, "dev-log", false, "human-readable logs instead of JSON")
 	return o, devLog
+}
+
+// DefaultRestoreMemory is --restore-memory's default.
+const DefaultRestoreMemory = "16Mi"
+
+// memoryFlag is a quantity of bytes.
+type memoryFlag struct {
+	v *int64
+	s string
+}
+
+func (m *memoryFlag) String() string { return m.s }
+func (m *memoryFlag) Type() string   { return "quantity" }
+func (m *memoryFlag) Set(s string) error {
+	n, err := target.ParseMemoryBudget(s)
+	if err != nil {
+		return err
+	}
+	*m.v, m.s = n, s
+	return nil
 }
 
 // Validate checks flag values that depend on each other.

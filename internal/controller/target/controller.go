@@ -55,6 +55,8 @@ type Reconciler struct {
 	GatePoll time.Duration
 	// Workers is how many targets run at once (default 32).
 	Workers int
+	// Restores bounds the snapshot content running restores hold in memory (nil: unbounded).
+	Restores *MemoryBudget
 	// CrashAt, when it returns true for a cluster and step, stops the reconciler right after
 	// the step was recorded as started (tests of crash safety).
 	CrashAt func(cluster, step string) bool

@@ -2,6 +2,7 @@ package target
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
@@ -24,6 +25,14 @@ func (restoreSnapshot) run(ctx context.Context, x *execution) (time.Duration, er
 	if err := x.r.Hub.Get(ctx, client.ObjectKey{Namespace: t.Namespace, Name: t.Spec.Snapshot}, snap); err != nil {
 		return 0, terminalf("snapshot %s to restore: %v", t.Spec.Snapshot, err)
 	}
+	// The snapshot's content is in memory while the restore runs: wait while other restores
+	// hold the memory budget.
+	give, ok := x.r.Restores.TryTake(snap.Status.Bytes)
+	if !ok {
+		t.Status.Message = fmt.Sprintf("waiting for memory: other restores hold the controller's --restore-memory budget (%s)", x.r.Restores)
+		return budgetPoll, nil
+	}
+	defer give()
 	hdr, entries, err := x.hub().Load(ctx, snap)
 	if err != nil {
 		return 0, terminalf("snapshot %s cannot be restored: %v", t.Spec.Snapshot, err)
@@ -48,6 +57,9 @@ func (restoreSnapshot) run(ctx context.Context, x *execution) (time.Duration, er
 	})
 	return 0, err
 }
+
+// budgetPoll is how often a restore waiting for the memory budget tries again.
+const budgetPoll = 250 * time.Millisecond
 
 // statusJournal keeps a restore's journal in the target's status.
 type statusJournal struct{ x *execution }
