@@ -305,11 +305,15 @@ func Run(ctx context.Context, cl *member.Cluster, o Options) (*Report, error) {
 
 // keyOf names an object for reports and the held set.
 func keyOf(u *unstructured.Unstructured) string {
-	gk := u.GroupVersionKind().GroupKind().String()
-	if u.GetNamespace() == "" {
-		return gk + " " + u.GetName()
+	return keyFor(u.GroupVersionKind().GroupKind(), u.GetNamespace(), u.GetName())
+}
+
+// keyFor is keyOf for an object of kind gk named namespace/name.
+func keyFor(gk schema.GroupKind, namespace, name string) string {
+	if namespace == "" {
+		return gk.String() + " " + name
 	}
-	return gk + " " + u.GetNamespace() + "/" + u.GetName()
+	return gk.String() + " " + namespace + "/" + name
 }
 
 // gvrFor maps an object's kind to its resource; CR kinds come from the snapshot's CRDs.
