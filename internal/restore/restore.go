@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"sort"
 	"strings"
 	"sync"
@@ -543,7 +542,7 @@ func (r *restorer) create(ctx context.Context, ri dynamic.ResourceInterface, des
 func (r *restorer) putStatus(ctx context.Context, ri dynamic.ResourceInterface, desired, live *unstructured.Unstructured) error {
 	ds, dok := desired.Object["status"]
 	ls, lok := live.Object["status"]
-	if dok == lok && reflect.DeepEqual(numbersAsFloat(ds), numbersAsFloat(ls)) {
+	if dok == lok && jsonEqual(ds, ls) {
 		return nil
 	}
 	u := live.DeepCopy()
