@@ -1,8 +1,6 @@
 package restore
 
 import (
-	"reflect"
-
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
@@ -30,6 +28,26 @@ type Comparer struct {
 	schemas map[schema.GroupVersionKind]*structuralschema.Structural
 }
 
+// hasDefaults says whether s or any schema below it has a default (otherwise defaulting
+// changes nothing).
+func hasDefaults(s *structuralschema.Structural) bool {
+	if s == nil {
+		return false
+	}
+	if s.Default.Object != nil {
+		return true
+	}
+	for _, p := range s.Properties {
+		if hasDefaults(&p) {
+			return true
+		}
+	}
+	if s.AdditionalProperties != nil && hasDefaults(s.AdditionalProperties.Structural) {
+		return true
+	}
+	return hasDefaults(s.Items)
+}
+
 // NewComparer knows the schemas of crds (CustomResourceDefinition objects, apiextensions.k8s.io/v1).
 // A version whose schema cannot be read gets no defaults.
 func NewComparer(crds []*unstructured.Unstructured) *Comparer {
@@ -48,8 +66,8 @@ func NewComparer(crds []*unstructured.Unstructured) *Comparer {
 				continue
 			}
 			s, err := structuralschema.NewStructural(internal)
-			if err != nil {
-				continue
+			if err != nil || !hasDefaults(s) {
+				continue // no defaults to apply
 			}
 			c.schemas[schema.GroupVersionKind{Group: crd.Spec.Group, Version: v.Name, Kind: crd.Spec.Names.Kind}] = s
 		}
@@ -96,19 +114,26 @@ func (c *Comparer) withDefaults(u *unstructured.Unstructured) *unstructured.Unst
 	return d
 }
 
-// Equal says whether live equals snap in the sense of Comparer.
+// Equal says whether live equals snap in the sense of Comparer. It copies neither object
+// unless defaults must be applied or observedGeneration related to the generation: it
+// compares normalized views that share everything but the metadata with the objects.
 func (c *Comparer) Equal(snap, live *unstructured.Unstructured) bool {
-	a, b, ga, gb, ok := c.prepare(snap, live)
-	x, y := numbersAsFloat(a.Object), numbersAsFloat(b.Object)
-	if reflect.DeepEqual(x, y) {
+	a, b := c.withDefaults(snap), c.withDefaults(live)
+	if jsonEqual(normalizedView(a.Object), normalizedView(b.Object)) {
 		return true // as written
 	}
-	if !ok || ga == gb {
+	if IsBuiltin(snap.GroupVersionKind()) {
 		return false
 	}
-	shiftObservedGeneration(a.Object, -ga)
-	shiftObservedGeneration(b.Object, -gb)
-	return reflect.DeepEqual(numbersAsFloat(a.Object), numbersAsFloat(b.Object)) // relative
+	ga, aok := generation(snap)
+	gb, bok := generation(live)
+	if !aok || !bok || ga == gb {
+		return false
+	}
+	na, nb := Normalize(a), Normalize(b)
+	shiftObservedGeneration(na.Object, -ga)
+	shiftObservedGeneration(nb.Object, -gb)
+	return jsonEqual(na.Object, nb.Object) // relative
 }
 
 // shiftObservedGeneration adds by to status.observedGeneration and to the observedGeneration of

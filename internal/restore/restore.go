@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"sort"
 	"strings"
 	"sync"
@@ -305,11 +304,15 @@ func Run(ctx context.Context, cl *member.Cluster, o Options) (*Report, error) {
 
 // keyOf names an object for reports and the held set.
 func keyOf(u *unstructured.Unstructured) string {
-	gk := u.GroupVersionKind().GroupKind().String()
-	if u.GetNamespace() == "" {
-		return gk + " " + u.GetName()
+	return keyFor(u.GroupVersionKind().GroupKind(), u.GetNamespace(), u.GetName())
+}
+
+// keyFor is keyOf for an object of kind gk named namespace/name.
+func keyFor(gk schema.GroupKind, namespace, name string) string {
+	if namespace == "" {
+		return gk.String() + " " + name
 	}
-	return gk + " " + u.GetNamespace() + "/" + u.GetName()
+	return gk.String() + " " + namespace + "/" + name
 }
 
 // gvrFor maps an object's kind to its resource; CR kinds come from the snapshot's CRDs.
@@ -539,7 +542,7 @@ func (r *restorer) create(ctx context.Context, ri dynamic.ResourceInterface, des
 func (r *restorer) putStatus(ctx context.Context, ri dynamic.ResourceInterface, desired, live *unstructured.Unstructured) error {
 	ds, dok := desired.Object["status"]
 	ls, lok := live.Object["status"]
-	if dok == lok && reflect.DeepEqual(numbersAsFloat(ds), numbersAsFloat(ls)) {
+	if dok == lok && jsonEqual(ds, ls) {
 		return nil
 	}
 	u := live.DeepCopy()

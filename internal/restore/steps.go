@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"time"
 
@@ -82,25 +83,23 @@ func (r *restorer) listLive(ctx context.Context, gvr schema.GroupVersionResource
 	return out, err
 }
 
-// listMeta lists the metadata of every object of gvr (all namespaces), as objects of kind gvk
-// that hold only apiVersion, kind and metadata.
-func (r *restorer) listMeta(ctx context.Context, gvr schema.GroupVersionResource, gvk schema.GroupVersionKind) ([]*unstructured.Unstructured, error) {
-	var out []*unstructured.Unstructured
-	var convErr error
-	_, err := eachItem(ctx, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+// eachMeta pages through the metadata of every object of gvr (all namespaces) until fn
+// returns false; it reports whether it saw them all.
+func (r *restorer) eachMeta(ctx context.Context, gvr schema.GroupVersionResource, fn func(*metav1.PartialObjectMetadata) bool) (bool, error) {
+	return eachItem(ctx, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 		return r.meta.Resource(gvr).List(ctx, opts)
-	}, func(o runtime.Object) bool {
-		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&o.(*metav1.PartialObjectMetadata).ObjectMeta)
-		if err != nil {
-			convErr = err
-			return false
-		}
-		u := &unstructured.Unstructured{Object: map[string]any{"metadata": m}}
-		u.SetGroupVersionKind(gvk)
-		out = append(out, u)
-		return true
-	})
-	return out, errors.Join(err, convErr)
+	}, func(o runtime.Object) bool { return fn(o.(*metav1.PartialObjectMetadata)) })
+}
+
+// metaObject returns an object of kind gvk that holds only apiVersion, kind and m's metadata.
+func metaObject(m *metav1.PartialObjectMetadata, gvk schema.GroupVersionKind) (*unstructured.Unstructured, error) {
+	md, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&m.ObjectMeta)
+	if err != nil {
+		return nil, err
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{"metadata": md}}
+	u.SetGroupVersionKind(gvk)
+	return u, nil
 }
 
 // eachLive pages through every object of gvr (all namespaces) until fn returns false; it
@@ -575,38 +574,75 @@ func (r *restorer) levels(entries []snapshot.Entry) [][]snapshot.Entry {
 	return out
 }
 
-// restoreEntries restores a set of entries whose owners are already restored: one LIST per
-// kind gives the live objects, then writes run in parallel.
+// restoreEntries restores a set of entries whose owners are already restored. The live
+// objects of each kind are paged through (one LIST per kind) and compared with their entries
+// as they arrive: an object that already equals its entry is counted as unchanged and
+// dropped, so that only the objects to write are held. Then the writes run in parallel.
 func (r *restorer) restoreEntries(ctx context.Context, entries []snapshot.Entry) error {
-	live := map[schema.GroupVersionResource]map[string]*unstructured.Unstructured{}
 	type item struct {
 		e    snapshot.Entry
-		gvr  schema.GroupVersionResource
-		key  string
 		live *unstructured.Unstructured
+		// unchanged says live equals e already; uid is then its live UID.
+		unchanged bool
+		uid       types.UID
 	}
-	items := make([]item, 0, len(entries))
-	for _, e := range entries {
+	items := make([]item, len(entries))
+	byKey := map[schema.GroupVersionResource]map[string][]int{}
+	var kinds []schema.GroupVersionResource
+	for i, e := range entries {
 		gvr, namespaced, err := r.gvrFor(e.Object.GroupVersionKind())
 		if err != nil {
 			return err
 		}
 		gvr.Version = e.Object.GroupVersionKind().Version
-		if _, ok := live[gvr]; !ok {
-			m, err := r.listLive(ctx, gvr)
-			if err != nil {
-				return fmt.Errorf("listing %s: %w", gvr.GroupResource(), err)
-			}
-			live[gvr] = m
-		}
 		key := nsName(e.Object)
 		if !namespaced {
 			key = "/" + e.Object.GetName()
 		}
-		items = append(items, item{e: e, gvr: gvr, key: key, live: live[gvr][key]})
+		items[i].e = e
+		if byKey[gvr] == nil {
+			byKey[gvr] = map[string][]int{}
+			kinds = append(kinds, gvr)
+		}
+		byKey[gvr][key] = append(byKey[gvr][key], i)
 	}
-	return r.forEach(ctx, len(items), func(i int) error {
-		it := items[i]
+	for _, gvr := range kinds {
+		keys := byKey[gvr]
+		_, err := r.eachLive(ctx, gvr, func(l *unstructured.Unstructured) bool {
+			idx := keys[nsName(l)]
+			if len(idx) == 0 {
+				return true
+			}
+			// A copy of the item, not a pointer into the page: holding one object must not
+			// hold its whole page.
+			var kept *unstructured.Unstructured
+			for _, i := range idx {
+				if r.unchanged(items[i].e.Object, l) {
+					items[i].unchanged, items[i].uid = true, l.GetUID()
+					continue
+				}
+				if kept == nil {
+					kept = &unstructured.Unstructured{Object: l.Object}
+				}
+				items[i].live = kept
+			}
+			return true
+		})
+		if err != nil {
+			return fmt.Errorf("listing %s: %w", gvr.GroupResource(), err)
+		}
+	}
+	var writes []int
+	for i := range items {
+		if items[i].unchanged {
+			r.setUID(items[i].e.Object.GetUID(), items[i].uid)
+			r.rep.count(items[i].e.Object.GroupVersionKind(), outUnchanged)
+			continue
+		}
+		writes = append(writes, i)
+	}
+	return r.forEach(ctx, len(writes), func(i int) error {
+		it := items[writes[i]]
 		desired, err := r.desiredFrom(ctx, it.e)
 		if err != nil {
 			return err
@@ -622,6 +658,29 @@ func (r *restorer) restoreEntries(ctx context.Context, entries []snapshot.Entry)
 	})
 }
 
+// unchanged says whether live already equals the object desiredFrom would make of snap, as
+// put decides it, without any request: when an owner's live UID is not known yet, it says
+// no and leaves the decision to desiredFrom and put.
+func (r *restorer) unchanged(snap, live *unstructured.Unstructured) bool {
+	desired := snap
+	if refs := snap.GetOwnerReferences(); len(refs) > 0 {
+		for i, ref := range refs {
+			uid, ok := r.liveUID(ref.UID)
+			if !ok {
+				return false
+			}
+			refs[i].UID = uid
+		}
+		// desiredFrom's object, sharing everything but the metadata with snap.
+		desired = &unstructured.Unstructured{Object: maps.Clone(snap.Object)}
+		if md, ok := snap.Object["metadata"].(map[string]any); ok {
+			desired.Object["metadata"] = maps.Clone(md)
+		}
+		desired.SetOwnerReferences(refs)
+	}
+	return r.cmp.Equal(desired, live) && ownerUIDsEqual(desired, live)
+}
+
 // restoreAssociated fully replaces the associated resources (operator Deployments and
 // webhooks wait for the Resume step).
 func (r *restorer) restoreAssociated(ctx context.Context) error {
@@ -630,24 +689,29 @@ func (r *restorer) restoreAssociated(ctx context.Context) error {
 }
 
 // ensureUIDs fills the snapshot-to-live UID map for CRs when the CR step ran in an earlier
-// (interrupted) run; when it ran in this one, the map is complete already.
+// (interrupted) run; when it ran in this one, the map is complete already. Only names and
+// UIDs are read: metadata-only lists, not held.
 func (r *restorer) ensureUIDs(ctx context.Context) {
 	if r.crUIDsKnown {
 		return
 	}
 	for gk, gvr := range r.crdGVR {
-		live, err := r.listLive(ctx, gvr)
-		if err != nil {
+		snapUIDs := map[string][]types.UID{}
+		for _, e := range r.o.Entries {
+			if e.Section == snapshot.SectionCR && e.Object.GroupVersionKind().GroupKind() == gk {
+				snapUIDs[nsName(e.Object)] = append(snapUIDs[nsName(e.Object)], e.Object.GetUID())
+			}
+		}
+		if len(snapUIDs) == 0 {
 			continue
 		}
-		for _, e := range r.o.Entries {
-			if e.Section != snapshot.SectionCR || e.Object.GroupVersionKind().GroupKind() != gk {
-				continue
+		// An error (the kind is not served) leaves the owners to be looked up by name.
+		_, _ = r.eachMeta(ctx, gvr, func(m *metav1.PartialObjectMetadata) bool {
+			for _, uid := range snapUIDs[m.Namespace+"/"+m.Name] {
+				r.setUID(uid, m.UID)
 			}
-			if l := live[nsName(e.Object)]; l != nil {
-				r.setUID(e.Object.GetUID(), l.GetUID())
-			}
-		}
+			return true
+		})
 	}
 }
 
@@ -668,16 +732,39 @@ func (r *restorer) findCreatedSince(ctx context.Context) ([]*unstructured.Unstru
 			out = append(out, u)
 		}
 	}
+	// listNew pages through the metadata of gvr and returns the objects the snapshot does not
+	// hold among those pick selects (made into objects only then), without holding the list.
+	listNew := func(gvr schema.GroupVersionResource, gvk schema.GroupVersionKind, pick func(*metav1.PartialObjectMetadata) bool) ([]*unstructured.Unstructured, error) {
+		var found []*unstructured.Unstructured
+		var convErr error
+		_, err := r.eachMeta(ctx, gvr, func(m *metav1.PartialObjectMetadata) bool {
+			if !pick(m) || inSnap[keyFor(gvk.GroupKind(), m.Namespace, m.Name)] {
+				return true
+			}
+			u, err := metaObject(m, gvk)
+			if err != nil {
+				convErr = err
+				return false
+			}
+			found = append(found, u)
+			return true
+		})
+		return found, errors.Join(err, convErr)
+	}
 	// Only metadata decides (names, UIDs, owners): metadata-only lists cost the API server
-	// and this process a fraction of full ones.
+	// and this process a fraction of full ones, and they are not held.
 	crUIDs := map[types.UID]bool{}
 	for gk, gvr := range r.crdGVR {
-		live, err := r.listMeta(ctx, gvr, gk.WithVersion(gvr.Version))
+		uids := map[types.UID]bool{}
+		found, err := listNew(gvr, gk.WithVersion(gvr.Version), func(m *metav1.PartialObjectMetadata) bool {
+			uids[m.UID] = true
+			return true
+		})
 		if err != nil {
 			continue // the kind is not served (yet): nothing of it was created since
 		}
-		for _, u := range live {
-			crUIDs[u.GetUID()] = true
+		maps.Copy(crUIDs, uids)
+		for _, u := range found {
 			add(u)
 		}
 	}
@@ -686,17 +773,19 @@ func (r *restorer) findCreatedSince(ctx context.Context) ([]*unstructured.Unstru
 		if err != nil {
 			return nil, fmt.Errorf("mapping %s: %w", gvr, err)
 		}
-		live, err := r.listMeta(ctx, gvr, gvk)
+		found, err := listNew(gvr, gvk, func(m *metav1.PartialObjectMetadata) bool {
+			for _, ref := range m.OwnerReferences {
+				if crUIDs[ref.UID] {
+					return true
+				}
+			}
+			return false
+		})
 		if err != nil {
 			return nil, err
 		}
-		for _, u := range live {
-			for _, ref := range u.GetOwnerReferences() {
-				if crUIDs[ref.UID] {
-					add(u)
-					break
-				}
-			}
+		for _, u := range found {
+			add(u)
 		}
 	}
 	for _, c := range r.o.Current {

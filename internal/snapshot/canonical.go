@@ -135,13 +135,17 @@ type Decoder struct {
 	sc     *bufio.Scanner
 	header Header
 	line   int
+	// strings interns the keys and short string values of the decoded objects: the
+	// objects of a snapshot repeat the same keys and many values ("apiVersion", "v1",
+	// label keys...), and a snapshot held for a restore holds each of them once.
+	strings map[string]string
 }
 
 // NewDecoder reads the header line of a payload.
 func NewDecoder(r io.Reader) (*Decoder, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 1<<20), 64<<20)
-	d := &Decoder{sc: sc}
+	d := &Decoder{sc: sc, strings: map[string]string{}}
 	if !sc.Scan() {
 		if err := sc.Err(); err != nil {
 			return nil, err
@@ -181,7 +185,45 @@ func (d *Decoder) Next() (Entry, error) {
 	if raw.Object == nil {
 		return Entry{}, fmt.Errorf("snapshot payload line %d has no object", d.line)
 	}
+	d.internAll(raw.Object)
 	return Entry{Section: raw.Section, Object: &unstructured.Unstructured{Object: raw.Object}}, nil
+}
+
+// maxInterned bounds the string values the decoder interns: longer ones (payloads,
+// certificates) rarely repeat.
+const maxInterned = 64
+
+func (d *Decoder) intern(s string) string {
+	if is, ok := d.strings[s]; ok {
+		return is
+	}
+	d.strings[s] = s
+	return s
+}
+
+// internAll replaces the keys and short string values of v, in place, by interned ones.
+func (d *Decoder) internAll(v any) {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, x := range t {
+			if s, ok := x.(string); ok && len(s) <= maxInterned {
+				x = d.intern(s)
+			} else {
+				d.internAll(x)
+			}
+			// Storing under the equal interned key replaces the key map holds (string keys
+			// are updated on assignment), so the decoded copy of the key can be collected.
+			t[d.intern(k)] = x
+		}
+	case []any:
+		for i, x := range t {
+			if s, ok := x.(string); ok && len(s) <= maxInterned {
+				t[i] = d.intern(s)
+			} else {
+				d.internAll(x)
+			}
+		}
+	}
 }
 
 // ReadAll decodes every entry of a payload.

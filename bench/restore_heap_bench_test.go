@@ -1,0 +1,97 @@
+//go:build !unit
+
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"runtime"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/rewind-dev/rewind/internal/restore"
+	"github.com/rewind-dev/rewind/internal/snapshot"
+	"github.com/rewind-dev/rewind/internal/testbed/testenv"
+	"github.com/rewind-dev/rewind/internal/testfixture"
+)
+
+// BenchmarkRestoreHeap measures the memory of one restore as the fleet runs it: a snapshot of
+// 200 CRs and 800 owned objects, decoded from its stream, restored to a member where one
+// ConfigMap changed since (so the restore runs in full and finds the other 999 objects equal).
+// It reports the peak live heap above the heap before the restore (median of 5) and the bytes
+// allocated per restore.
+func BenchmarkRestoreHeap(b *testing.B) {
+	ctx := context.Background()
+	emptyMember(b)
+	populate(b, 0, 200, 200)
+	var buf bytes.Buffer
+	if _, err := snapshot.Capture(ctx, testenv.Member(b, env.Members[0]), snapshot.Options{
+		Operator: "mysql-operator", Namespace: "mysql-system", Manifests: []*unstructured.Unstructured{testfixture.MySQLCRD()},
+	}, &buf); err != nil {
+		b.Fatal(err)
+	}
+	stream := buf.Bytes()
+	dyn, err := dynamic.NewForConfig(env.Members[0].RESTConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	cms := dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}).Namespace(benchNamespaces[0])
+	// change edits one ConfigMap, so that the restore is not a no-op.
+	change := func(round int) {
+		cm, err := cms.Get(ctx, "db-00000-config", metav1.GetOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		_ = unstructured.SetNestedField(cm.Object, fmt.Sprintf("changed-%d", round), "data", "my.cnf")
+		if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cl := testenv.Member(b, env.Members[0])
+	var runs []heapPeaks
+	var allocs []uint64
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for round := range 5 {
+			change(i*10 + round)
+			var before, after runtime.MemStats
+			var rep *restore.Report
+			heap := peakHeap(func() {
+				runtime.ReadMemStats(&before)
+				hdr, entries, err := snapshot.ReadAll(bytes.NewReader(stream))
+				if err != nil {
+					b.Fatal(err)
+				}
+				rep, err = restore.Run(ctx, cl, restore.Options{Header: hdr, Entries: entries, Parallelism: 16})
+				if err != nil {
+					b.Fatal(err)
+				}
+				runtime.ReadMemStats(&after)
+			})
+			if t := rep.Totals(); t.Restored != 1 || t.Unchanged != 1000 {
+				b.Fatalf("restore: %+v, want 1 restored and 1000 unchanged (CRD included)", t)
+			}
+			runs = append(runs, heap)
+			allocs = append(allocs, after.TotalAlloc-before.TotalAlloc)
+		}
+	}
+	b.StopTimer()
+	live := spreadOf(runs, func(h heapPeaks) uint64 { return h.live })
+	inUse := spreadOf(runs, func(h heapPeaks) uint64 { return h.inUse })
+	var total uint64
+	for _, a := range allocs {
+		total += a
+	}
+	perRestore := total / uint64(len(allocs))
+	fmt.Printf("restore heap: snapshot of 200 CRs + 800 owned objects, 1 object changed; median of %d restores [lowest-highest], above the heap before\n", len(runs))
+	fmt.Printf("  peak live heap   %s\n", live)
+	fmt.Printf("  peak heap in use %s\n", inUse)
+	fmt.Printf("  allocated        %4.1f MiB per restore (decoding the snapshot included)\n", mb(perRestore))
+	b.ReportMetric(mb(live.median), "peak-live-MiB")
+	b.ReportMetric(mb(perRestore), "alloc-MiB/restore")
+}
