@@ -104,10 +104,18 @@ func metaObject(m *metav1.PartialObjectMetadata, gvk schema.GroupVersionKind) (*
 
 // eachLive pages through every object of gvr (all namespaces) until fn returns false; it
 // reports whether it saw them all.
+// Objects are decoded one at a time as they arrive: no page of them is held in memory.
 func (r *restorer) eachLive(ctx context.Context, gvr schema.GroupVersionResource, fn func(*unstructured.Unstructured) bool) (bool, error) {
-	return eachItem(ctx, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-		return r.dyn.Resource(gvr).List(ctx, opts)
-	}, func(o runtime.Object) bool { return fn(o.(*unstructured.Unstructured)) })
+	err := snapshot.EachObject(ctx, r.cl.Lists, gvr, 500, func(u *unstructured.Unstructured) error {
+		if !fn(u) {
+			return errEnough
+		}
+		return nil
+	})
+	if errors.Is(err, errEnough) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // errEnough stops a paged LIST early.
@@ -163,6 +171,27 @@ func (r *restorer) alreadyRestored(ctx context.Context) (bool, error) {
 			order = append(order, gvr)
 		}
 		want[gvr][nsName(e.Object)] = e.Object
+	}
+	// After an upgrade the operator's own objects are what differs: a GET or two settles most
+	// rollbacks before any LIST.
+	for _, e := range r.o.Entries {
+		if e.Section != snapshot.SectionAssociated || !r.held[keyOf(e.Object)] {
+			continue
+		}
+		ri, err := r.resource(e.Object)
+		if err != nil {
+			return false, nil
+		}
+		l, err := ri.Get(ctx, e.Object.GetName(), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if !r.cmp.Equal(e.Object, l) {
+			return false, nil
+		}
 	}
 	for _, gvr := range order {
 		found := 0

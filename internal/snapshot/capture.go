@@ -366,12 +366,16 @@ func (c *capturer) listAll(ctx context.Context, gvr schema.GroupVersionResource,
 // listPage reads one page of gvr (the request the dynamic client's List sends), decoding its
 // objects as they arrive, and returns the continue token.
 func (c *capturer) listPage(ctx context.Context, gvr schema.GroupVersionResource, cont string, item func(*unstructured.Unstructured) error) (string, error) {
+	return listPage(ctx, c.rc, gvr, c.o.PageSize, cont, item)
+}
+
+func listPage(ctx context.Context, rc rest.Interface, gvr schema.GroupVersionResource, pageSize int64, cont string, item func(*unstructured.Unstructured) error) (string, error) {
 	path := []string{"api"}
 	if gvr.Group != "" {
 		path = []string{"apis", gvr.Group}
 	}
 	path = append(path, gvr.Version, gvr.Resource)
-	req := c.rc.Get().AbsPath(path...).Param("limit", strconv.FormatInt(c.o.PageSize, 10))
+	req := rc.Get().AbsPath(path...).Param("limit", strconv.FormatInt(pageSize, 10))
 	if cont != "" {
 		req = req.Param("continue", cont)
 	}
@@ -381,6 +385,32 @@ func (c *capturer) listPage(ctx context.Context, gvr schema.GroupVersionResource
 	}
 	defer body.Close()
 	return decodeList(body, item)
+}
+
+// EachObject LISTs gvr in all namespaces through rc (a member's Lists client), pageSize
+// objects a request, and hands each object to item as it is decoded: no page is held in
+// memory. An error from item ends the listing and is returned as is.
+func EachObject(ctx context.Context, rc rest.Interface, gvr schema.GroupVersionResource, pageSize int64, item func(*unstructured.Unstructured) error) error {
+	var itemErr error
+	cont := ""
+	for {
+		next, err := listPage(ctx, rc, gvr, pageSize, cont, func(u *unstructured.Unstructured) error {
+			if err := item(u); err != nil {
+				itemErr = err
+				return err
+			}
+			return nil
+		})
+		switch {
+		case itemErr != nil:
+			return itemErr
+		case err != nil:
+			return err
+		}
+		if cont = next; cont == "" {
+			return nil
+		}
+	}
 }
 
 // decodeList decodes a JSON list as the dynamic client does (integers kept as int64; an
