@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"math"
 	"os/exec"
 	"strings"
 	"testing"
 
+	"github.com/rewind-dev/rewind/internal/controllercmd"
 	"github.com/rewind-dev/rewind/internal/version"
 )
 
@@ -97,5 +99,20 @@ func TestRestoreMemoryFlag(t *testing.T) {
 	cmd.SetArgs([]string{"--restore-memory=lots", "--kubeconfig=/nonexistent"})
 	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "--restore-memory") || !strings.Contains(err.Error(), "48Mi") {
 		t.Errorf("want an error naming the flag and an example, got %v", err)
+	}
+}
+
+func TestDefaultRestoreBudget(t *testing.T) {
+	for limit, want := range map[int64]int64{
+		math.MaxInt64: 8 << 20,   // no Go memory limit
+		0:             8 << 20,   // nonsense: as none
+		921 << 20:     921 << 16, // 90% of a 1Gi pod
+		8 << 20:       1 << 20,   // at least 1Mi
+		230 << 20:     230 << 16, // 90% of 256Mi
+		16 << 30:      16 << 26,  // 16Gi
+	} {
+		if got := controllercmd.DefaultRestoreBudget(limit); got != want {
+			t.Errorf("limit %d: budget %d, want %d", limit, got, want)
+		}
 	}
 }

@@ -5,6 +5,8 @@ package controllercmd
 
 import (
 	"fmt"
+	"math"
+	"runtime/debug"
 	"time"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
@@ -38,7 +40,7 @@ func AddFlags(cmd *cobra.Command) (*controller.Options, *bool) {
 	devLog := new(bool)
 	f := cmd.Flags()
 	o.RestoreMemory, _ = target.ParseMemoryBudget(DefaultRestoreMemory)
-	f.Var(&memoryFlag{v: &o.RestoreMemory, s: DefaultRestoreMemory}, "restore-memory", "the most snapshot content (uncompressed) that running restores hold in memory at once, about a tenth of the memory they use; a restore that does not fit waits, one larger than the budget runs alone; 0 is no bound")
+	f.Var(&memoryFlag{v: &o.RestoreMemory, s: DefaultRestoreMemory}, "restore-memory", "the most snapshot content (uncompressed) that running restores hold in memory at once; their heap is about 7 times that. A restore that does not fit waits; one larger than the budget runs alone; 0 is no bound. Default: a sixteenth of the Go memory limit when one is set (GOMEMLIMIT, or 90% of the pod's memory limit), else "+DefaultRestoreMemory)
 	f.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8443", "address of the Prometheus metrics endpoint; 0 disables it")
 	f.BoolVar(&o.MetricsSecure, "metrics-secure", true, "serve metrics over HTTPS to authenticated and authorized clients only (TokenReview and SubjectAccessReview against the hub)")
 	f.StringVar(&o.MetricsCertDir, "metrics-cert-dir", "", "folder with tls.crt and tls.key for the metrics endpoint (default: a self-signed certificate)")
@@ -58,8 +60,19 @@ func AddFlags(cmd *cobra.Command) (*controller.Options, *bool) {
 	return o, devLog
 }
 
-// DefaultRestoreMemory is --restore-memory's default.
-const DefaultRestoreMemory = "16Mi"
+// DefaultRestoreMemory is --restore-memory's default when the Go runtime has no memory limit.
+const DefaultRestoreMemory = "8Mi"
+
+// DefaultRestoreBudget is --restore-memory's default for a Go memory limit (math.MaxInt64:
+// none): a sixteenth of the limit, as restores' heap is about 7 times their snapshots' content
+// and the collector needs room above it; without a limit, DefaultRestoreMemory.
+func DefaultRestoreBudget(goMemLimit int64) int64 {
+	if goMemLimit > 0 && goMemLimit < math.MaxInt64 {
+		return max(goMemLimit/16, 1<<20)
+	}
+	n, _ := target.ParseMemoryBudget(DefaultRestoreMemory)
+	return n
+}
 
 // memoryFlag is a quantity of bytes.
 type memoryFlag struct {
@@ -108,6 +121,10 @@ func Run(cmd *cobra.Command, cfg *rest.Config, o *controller.Options, devLog boo
 	} else if limit > 0 {
 		log.Info("Go memory limit set from the cgroup's", "GOMEMLIMIT", limit)
 	}
+	if f := cmd.Flags().Lookup("restore-memory"); f != nil && !f.Changed {
+		o.RestoreMemory = DefaultRestoreBudget(debug.SetMemoryLimit(-1))
+	}
+	log.Info("restore memory budget", "restoreMemory", target.NewMemoryBudget(o.RestoreMemory).String())
 	mgr, err := controller.NewManager(cfg, *o)
 	if err != nil {
 		return err
