@@ -417,7 +417,7 @@ type watcher struct {
 	phaseAt           map[string]time.Time
 }
 
-func watch(ctx context.Context, hub client.Client, ns, rollout string) *watcher {
+func watch(hub client.Client, ns, rollout string) *watcher {
 	return &watcher{hub: hub, ns: ns, rollout: rollout, started: map[string]time.Time{}, finished: map[string]time.Time{}, phaseAt: map[string]time.Time{}}
 }
 
@@ -589,7 +589,7 @@ func BenchmarkFleet(b *testing.B) {
 	if err := hub.Create(ctx, solo); err != nil {
 		b.Fatal(err)
 	}
-	w := watch(ctx, hub, ns, "solo")
+	w := watch(hub, ns, "solo")
 	w.until(b, 5*time.Minute, "mysql-a", phaseIs("mysql-a", v1alpha1.RolloutSucceeded))
 	setRelease(b, hub, ns, "solo", "mysql-b")
 	w.until(b, 5*time.Minute, "mysql-b", phaseIs("mysql-b", v1alpha1.RolloutSucceeded))
@@ -611,7 +611,7 @@ func BenchmarkFleet(b *testing.B) {
 	if err := hub.Create(ctx, ro); err != nil {
 		b.Fatal(err)
 	}
-	w = watch(ctx, hub, ns, "fleet")
+	w = watch(hub, ns, "fleet")
 	w.until(b, 10*time.Minute, "mysql-a", phaseIs("mysql-a", v1alpha1.RolloutSucceeded))
 	install := w.span(names[1:], v1alpha1.PathUpgrade)
 
@@ -628,7 +628,7 @@ func BenchmarkFleet(b *testing.B) {
 	timesBefore := cpuTimes(p)
 	stopProfile := p.profileDuring(b, "a", 8)
 	setRelease(b, hub, ns, "fleet", "mysql-b")
-	w = watch(ctx, hub, ns, "fleet")
+	w = watch(hub, ns, "fleet")
 	upgraded := w.until(b, 10*time.Minute, "mysql-b", phaseIs("mysql-b", v1alpha1.RolloutSucceeded))
 	stopProfile()
 	breakdownA := cpuBreakdown(timesBefore, cpuTimes(p))
@@ -645,7 +645,7 @@ func BenchmarkFleet(b *testing.B) {
 	markNodes(b, env.Members[len(env.Members)-1])
 	reqBefore, memberBefore = p.requests(b)
 	setRelease(b, hub, ns, "fleet", "mysql-picky")
-	w = watch(ctx, hub, ns, "fleet")
+	w = watch(hub, ns, "fleet")
 	w.until(b, 10*time.Minute, "mysql-picky", func(ro *v1alpha1.Rollout) bool { return ro.Status.Phase == v1alpha1.RolloutRollingBack })
 	timesBefore = cpuTimes(p)
 	stopProfile = p.profileDuring(b, "b", 10)

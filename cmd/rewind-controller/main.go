@@ -1,5 +1,5 @@
 // Command rewind-controller is rewind's manager, the binary the rewind image runs: the
-// MemberCluster, Rollout and RolloutTarget reconcilers against a hub cluster. It carries none of
+// reconcilers against a hub cluster. It carries none of
 // the CLI's test harness, demo or sample operator (TestShippedBinaryHygiene checks it).
 package main
 
@@ -50,9 +50,6 @@ func newCommand() *cobra.Command {
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if showVersion {
 			_, err := fmt.Fprintln(cmd.OutOrStdout(), "rewind-controller", version.Get())
-			return err
-		}
-		if err := controllercmd.Validate(o); err != nil {
 			return err
 		}
 		rules := clientcmd.NewDefaultClientConfigLoadingRules()

@@ -21,9 +21,6 @@ func newControllerCommand(h *hubFlags) *cobra.Command {
 	}
 	o, devLog := controllercmd.AddFlags(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		if err := controllercmd.Validate(o); err != nil {
-			return err
-		}
 		cfg, err := h.config()
 		if err != nil {
 			return err

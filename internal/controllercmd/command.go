@@ -21,8 +21,8 @@ import (
 )
 
 // Long is the description shared by both commands.
-const Long = `Runs the MemberCluster, Rollout and RolloutTarget reconcilers against the hub until it is
-stopped (SIGINT or SIGTERM). In a pod it uses the pod's service account; elsewhere the hub is
+const Long = `Runs rewind's reconcilers (MemberCluster, OperatorRelease, Rollout, RolloutTarget,
+SnapshotStore and SnapshotSchedule) against the hub until it is stopped (SIGINT or SIGTERM). In a pod it uses the pod's service account; elsewhere the hub is
 chosen as kubectl chooses it (--kubeconfig, $KUBECONFIG, ~/.kube/config; --context).
 
 Logs are JSON on stderr unless --dev-log. /healthz and /readyz answer on
@@ -38,6 +38,8 @@ With --leader-elect several replicas run and one reconciles; a standby takes ove
 func AddFlags(cmd *cobra.Command) (*controller.Options, *bool) {
 	o := &controller.Options{}
 	devLog := new(bool)
+	// Flag values are checked before the command runs (before any kubeconfig is read).
+	cmd.PreRunE = func(*cobra.Command, []string) error { return Validate(o) }
 	f := cmd.Flags()
 	o.RestoreMemory, _ = target.ParseMemoryBudget(DefaultRestoreMemory)
 	f.Var(&memoryFlag{v: &o.RestoreMemory, s: DefaultRestoreMemory}, "restore-memory", "the most snapshot content (uncompressed) that running restores hold in memory at once; their heap is about 7 times that. A restore that does not fit waits; one larger than the budget runs alone; 0 is no bound. Default: a sixteenth of the Go memory limit when one is set (GOMEMLIMIT, or 90% of the pod's memory limit), else "+DefaultRestoreMemory)
@@ -104,11 +106,8 @@ func Validate(o *controller.Options) error {
 }
 
 // Run starts the manager with o against the hub of cfg and blocks until the command's
-// context ends.
+// context ends. The flags were checked by the PreRunE that AddFlags installed.
 func Run(cmd *cobra.Command, cfg *rest.Config, o *controller.Options, devLog bool) error {
-	if err := Validate(o); err != nil {
-		return err
-	}
 	ctrl.SetLogger(zap.New(zap.UseDevMode(devLog), zap.WriteTo(cmd.ErrOrStderr())))
 	log := ctrl.Log.WithName("setup")
 	v := version.Get()
