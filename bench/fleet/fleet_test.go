@@ -98,8 +98,8 @@ type controllerProcess struct {
 	peakRSS int64
 	// peakAnon is the peak of RssAnon: RSS without the pages of the program's file.
 	peakAnon int64
-	stop    chan struct{}
-	done    chan struct{}
+	stop     chan struct{}
+	done     chan struct{}
 }
 
 func freePort(b *testing.B) int {

@@ -1,6 +1,6 @@
 // Command rewind-controller is rewind's manager, the binary the rewind image runs: the
-// reconcilers against a hub cluster. It carries none of
-// the CLI's test harness, demo or sample operator (TestShippedBinaryHygiene checks it).
+// reconcilers against a hub cluster. It carries none of the CLI's test harness, demo or
+// sample operator (TestShippedBinaryHygiene checks it).
 package main
 
 import (
