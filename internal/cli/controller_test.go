@@ -10,13 +10,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rewind-dev/rewind/internal/testbed/testenv"
+
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 func TestControllerAnswersProbes(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	probe, metrics := freeAddr(t), freeAddr(t)
+	probe, metrics := testenv.FreeAddr(t), testenv.FreeAddr(t)
 	done := make(chan error, 1)
 	go func() {
 		_, err := run(ctx, "controller", "--kubeconfig", env.Hub.Kubeconfig,

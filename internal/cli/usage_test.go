@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rewind-dev/rewind/internal/testbed/testenv"
+
 	"github.com/spf13/cobra"
 )
 
@@ -468,7 +470,7 @@ func TestHubCompletionFailsSilently(t *testing.T) {
 kind: Config
 clusters:
 - name: dead
-  cluster: {server: "https://`+freeAddr(t)+`"}
+  cluster: {server: "https://`+testenv.FreeAddr(t)+`"}
 users:
 - name: u
   user: {token: not-a-secret}

@@ -6,9 +6,7 @@ import (
 	"context"
 	"crypto/tls"
 	"io"
-	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -25,16 +23,6 @@ import (
 	"github.com/rewind-dev/rewind/internal/testbed/testenv"
 )
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return "127.0.0.1:" + strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-}
-
 // TestMetricsEndpointIsAuthenticatedAndAuthorized runs the manager as its ServiceAccount with
 // the shipped RBAC and the secure metrics endpoint (as the Deployment does): a caller without a
 // token is refused (401), a ServiceAccount without rewind-metrics-reader is forbidden (403), and
@@ -43,7 +31,7 @@ func TestMetricsEndpointIsAuthenticatedAndAuthorized(t *testing.T) {
 	ctx := t.Context()
 	ns := testenv.Namespace(t, env.Hub.RESTConfig())
 	cfg := testenv.ControllerConfig(t, env.Hub)
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	mgr, err := controller.NewManager(cfg, controller.Options{MetricsAddr: addr, MetricsSecure: true, ProbeAddr: "0", SkipNameValidation: true})
 	if err != nil {
 		t.Fatal(err)

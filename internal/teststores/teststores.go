@@ -31,6 +31,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rewind-dev/rewind/internal/testbed/testenv"
+
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -173,16 +175,6 @@ func tail(b []byte) string {
 	return string(b)
 }
 
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // S3 is a running versitygw (posix backend) on 127.0.0.1.
 type S3 struct {
 	srv *server
@@ -208,7 +200,7 @@ func StartS3(t testing.TB) *S3 {
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	s := &S3{Endpoint: "http://" + addr, AccessKey: "rewind-test", SecretKey: randomHex(t, 20), Root: root, Region: "us-east-1"}
 	s.srv = &server{
 		name: "versitygw", bin: filepath.Join(dir, "versitygw"), addr: addr, log: filepath.Join(tmp, "versitygw.log"),
@@ -269,7 +261,7 @@ func StartKMS(t testing.TB) *KMS {
 		t.Fatal(err)
 	}
 	tmp := t.TempDir()
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	_, port, _ := net.SplitHostPort(addr)
 	k := &KMS{Endpoint: "http://" + addr, Region: "eu-west-1"}
 	data := filepath.Join(tmp, "kms-data")
@@ -352,7 +344,7 @@ func StartGCS(t testing.TB) *GCS {
 		t.Fatal(err)
 	}
 	tmp := t.TempDir()
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	host, port, _ := net.SplitHostPort(addr)
 	g := &GCS{Endpoint: "http://" + addr + "/storage/v1/", ServiceAccount: fakeServiceAccount(t)}
 	g.srv = &server{
@@ -421,7 +413,7 @@ func StartAzurite(t testing.TB) *Azurite {
 		t.Fatal(err)
 	}
 	tmp := t.TempDir()
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	host, port, _ := net.SplitHostPort(addr)
 	key := make([]byte, 64)
 	if _, err := rand.Read(key); err != nil {

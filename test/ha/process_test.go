@@ -7,17 +7,17 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rewind-dev/rewind/internal/testbed/testenv"
 
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -74,20 +74,10 @@ type procs struct {
 	all []*proc
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return "127.0.0.1:" + strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-}
-
 // start runs rewind-controller with leader election against the hub of kubeconfig.
 func (ps *procs) start(t *testing.T, bin, kubeconfig, name string) *proc {
 	t.Helper()
-	p := &proc{name: name, done: make(chan struct{}), metrics: freeAddr(t), logPath: filepath.Join(t.TempDir(), name+".log")}
+	p := &proc{name: name, done: make(chan struct{}), metrics: testenv.FreeAddr(t), logPath: filepath.Join(t.TempDir(), name+".log")}
 	lf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +89,7 @@ func (ps *procs) start(t *testing.T, bin, kubeconfig, name string) *proc {
 		"--leader-election-renew-deadline="+renewDeadline.String(),
 		"--leader-election-retry-period="+retryPeriod.String(),
 		"--metrics-bind-address="+p.metrics, "--metrics-secure=false",
-		"--health-probe-bind-address="+freeAddr(t),
+		"--health-probe-bind-address="+testenv.FreeAddr(t),
 		"--gate-poll=300ms")
 	p.cmd.Stdout, p.cmd.Stderr = lf, lf
 	p.cmd.Env = append(os.Environ(), "GOMAXPROCS=2")

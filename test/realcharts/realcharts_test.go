@@ -54,27 +54,36 @@ var (
 	hubC      client.Client
 )
 
-// setup installs rewind in the hub, registers the member with `rewind clusters add` and runs
-// the controller for the package's tests.
+// setup installs rewind in the hub and registers the member with `rewind clusters add` once
+// for the package, and runs the controller for the test until it ends.
 func setup(t *testing.T) client.Client {
 	t.Helper()
 	setupOnce.Do(func() {
-		hubC = testenv.HubClient(t, env.Hub.RESTConfig())
 		m := env.Members[0]
 		if out, err := cli.Run(context.Background(), "clusters", "add", m.Name, "--kubeconfig", m.Kubeconfig, "--hub-kubeconfig", env.Hub.Kubeconfig); err != nil {
 			t.Fatalf("clusters add: %v\n%s", err, out)
 		}
-		// The controller runs as its shipped ServiceAccount; each test enables its namespace as
-		// a user does (rewind namespace enable).
-		mgr, err := controller.NewManager(testenv.ControllerConfig(t, env.Hub), controller.Options{MetricsAddr: "0", ProbeAddr: "0", GatePoll: 500 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		go func() { _ = mgr.Start(context.Background()) }()
+		hubC = testenv.HubClient(t, env.Hub.RESTConfig())
 	})
 	if hubC == nil {
 		t.Fatal("hub setup failed")
 	}
+	// The controller runs as its shipped ServiceAccount; each test enables its namespace as a
+	// user does (rewind namespace enable).
+	mgr, err := controller.NewManager(testenv.ControllerConfig(t, env.Hub), controller.Options{
+		MetricsAddr: "0", ProbeAddr: "0", SkipNameValidation: true, GatePoll: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("the controller stopped with an error: %v", err)
+		}
+	})
 	return hubC
 }
 
