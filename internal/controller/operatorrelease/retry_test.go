@@ -1,11 +1,8 @@
 package operatorrelease
 
 import (
-	"fmt"
 	"testing"
 	"time"
-
-	"github.com/rewind-dev/rewind/internal/release"
 )
 
 func TestRetryAfter(t *testing.T) {
@@ -26,14 +23,3 @@ func TestRetryAfter(t *testing.T) {
 		}
 	}
 }
-
-func TestMergeValues(t *testing.T) {
-	dst := map[string]interface{}{"replicas": 1, "image": map[string]interface{}{"repository": "r", "digest": "d1"}, "extraArgs": []interface{}{"a"}}
-	dst = release.MergeValues(dst, map[string]interface{}{"image": map[string]interface{}{"digest": "d2"}, "extraArgs": []interface{}{"b"}, "new": true})
-	want := map[string]interface{}{"replicas": 1, "image": map[string]interface{}{"repository": "r", "digest": "d2"}, "extraArgs": []interface{}{"b"}, "new": true}
-	if got, w := sprint(dst), sprint(want); got != w {
-		t.Errorf("merged %s, want %s (maps merge, lists and scalars are replaced)", got, w)
-	}
-}
-
-func sprint(v interface{}) string { return fmt.Sprint(v) }
