@@ -62,16 +62,23 @@ func (r *SnapshotStoreReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 			return ctrl.Result{}, fmt.Errorf("adding the finalizer: %w", err)
 		}
 	}
+	interval := DefaultProbeInterval
+	if st.Spec.ProbeInterval != nil && st.Spec.ProbeInterval.Duration > 0 {
+		interval = st.Spec.ProbeInterval.Duration
+	}
+	// Probed within the interval at this generation (a Snapshot deletion or a restart woke
+	// us): the result stands until the next probe is due.
+	if st.Status.ObservedGeneration == st.Generation && st.Status.LastProbeTime != nil {
+		if wait := st.Status.LastProbeTime.Add(interval).Sub(r.now()); wait > 0 {
+			return ctrl.Result{RequeueAfter: wait}, nil
+		}
+	}
 	base := st.DeepCopy()
 	defer func() {
 		if err := r.Client.Status().Patch(ctx, st, client.MergeFrom(base)); err != nil && !apierrors.IsNotFound(err) {
 			retErr = errors.Join(retErr, fmt.Errorf("patching SnapshotStore status: %w", err))
 		}
 	}()
-	interval := DefaultProbeInterval
-	if st.Spec.ProbeInterval != nil && st.Spec.ProbeInterval.Duration > 0 {
-		interval = st.Spec.ProbeInterval.Duration
-	}
 	timeout := r.ProbeTimeout
 	if timeout == 0 {
 		timeout = 30 * time.Second

@@ -95,14 +95,28 @@ func TestSnapshotStoreProbe(t *testing.T) {
 	wantCondition(t, probe(t, r, store("denied", "snapshots", "wrong", nil)), v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonAccessDenied, "")
 	wantCondition(t, probe(t, r, store("no-creds", "snapshots", "absent", nil)), v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonCredentialsNotFound, "credentials Secret "+ns+"/absent")
 
-	// The key disabled: the store is not Ready, naming the key.
+	// The key disabled: nothing is probed again before the interval is over (a Snapshot
+	// deletion or a restart wakes the reconciler too)...
 	kms.DisableKey(t, "probe")
+	now = now.Add(40 * time.Second)
+	res, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(ok)})
+	if err != nil || res.RequeueAfter != 20*time.Second {
+		t.Fatalf("a reconcile 40s after a probe: requeue after %s, %v; want the 20s left of the interval", res.RequeueAfter, err)
+	}
+	early := &v1alpha1.SnapshotStore{}
+	if err := c.Get(t.Context(), client.ObjectKeyFromObject(ok), early); err != nil {
+		t.Fatal(err)
+	}
+	wantCondition(t, early, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonProbeSucceeded, "")
+	// ... then the store is not Ready, naming the key.
+	now = now.Add(20 * time.Second)
 	got := probe(t, r, ok)
 	wantCondition(t, got, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonKeyUnavailable, "awskms://alias/probe")
 	wantCondition(t, got, v1alpha1.ConditionWritable, metav1.ConditionTrue, v1alpha1.ReasonProbeSucceeded, "")
 
 	// The server down.
 	srv.Stop()
+	now = now.Add(time.Minute)
 	wantCondition(t, probe(t, r, ok), v1alpha1.ConditionWritable, metav1.ConditionFalse, v1alpha1.ReasonStoreUnreachable, "")
 }
 
