@@ -12,7 +12,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/rewind-dev/rewind/config"
-	"github.com/rewind-dev/rewind/internal/apply"
 )
 
 // CRDs returns the rewind.dev CRDs embedded in the binary.
@@ -48,10 +47,5 @@ func Hub(ctx context.Context, c client.Client) error {
 	ns.SetAPIVersion("v1")
 	ns.SetKind("Namespace")
 	ns.SetName("rewind-system")
-	for _, u := range append(crds, ns) {
-		if err := apply.Apply(ctx, c, u); err != nil {
-			return err
-		}
-	}
-	return apply.WaitEstablished(ctx, c, crds, 0)
+	return Apply(ctx, c, append(crds, ns), ApplyOptions{})
 }
