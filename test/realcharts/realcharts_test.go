@@ -59,11 +59,12 @@ var (
 func setup(t *testing.T) client.Client {
 	t.Helper()
 	setupOnce.Do(func() {
+		c := testenv.HubClient(t, env.Hub.RESTConfig()) // installs rewind's CRDs
 		m := env.Members[0]
 		if out, err := cli.Run(context.Background(), "clusters", "add", m.Name, "--kubeconfig", m.Kubeconfig, "--hub-kubeconfig", env.Hub.Kubeconfig); err != nil {
 			t.Fatalf("clusters add: %v\n%s", err, out)
 		}
-		hubC = testenv.HubClient(t, env.Hub.RESTConfig())
+		hubC = c
 	})
 	if hubC == nil {
 		t.Fatal("hub setup failed")
