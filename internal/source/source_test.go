@@ -298,6 +298,42 @@ func TestGit(t *testing.T) {
 	}
 }
 
+// TestGitShallowWhenARefPointsAtTheCommit: a commit that a branch or tag points at is cloned
+// one commit deep (the fetch asks the server for a shallow history); a commit in the middle
+// of the history is still found, through a full clone.
+func TestGitShallowWhenARefPointsAtTheCommit(t *testing.T) {
+	srv := sourcetest.NewGitServer(t, sourcetest.Auth{Username: user, Password: pass})
+	tagged := srv.Commit(t, "mysql-operator", "release 1", map[string]string{"deploy/a": sample(t, "1.0.0")})
+	srv.Tag(t, "mysql-operator", "v1.0.0", tagged)
+	middle := srv.Commit(t, "mysql-operator", "release 2", map[string]string{"deploy/b": sample(t, "1.0.0")})
+	tip := srv.Commit(t, "mysql-operator", "release 3", map[string]string{"deploy/c": sample(t, "1.0.0")})
+	good := creds(srv.CA(), sourcetest.Auth{Username: user, Password: pass})
+	for _, tc := range []struct {
+		// name says where the commit is; dir is the folder it adds.
+		name, commit, dir string
+		// shallow is whether the clone should be one commit deep.
+		shallow bool
+	}{
+		{name: "tip of the branch", commit: tip, dir: "deploy/c", shallow: true},
+		{name: "annotated tag", commit: tagged, dir: "deploy/a", shallow: true},
+		{name: "middle of the history", commit: middle, dir: "deploy/b", shallow: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := srv.ShallowFetches()
+			got, err := source.FetchGit(t.Context(), &v1alpha1.GitSource{URL: srv.RepoURL("mysql-operator"), Commit: tc.commit, Path: tc.dir, Kind: v1alpha1.FormatManifests}, good)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if objs, err := release.RenderManifestsFS(got.Files, got.Name); err != nil || len(objs) == 0 {
+				t.Fatalf("%s renders %d objects: %v", got.Name, len(objs), err)
+			}
+			if shallow := srv.ShallowFetches() > before; shallow != tc.shallow {
+				t.Errorf("shallow fetch %t, want %t", shallow, tc.shallow)
+			}
+		})
+	}
+}
+
 func TestOCIPlainHTTPAndDockerConfig(t *testing.T) {
 	// A plain-HTTP registry is used only with insecure.
 	plain, _ := sourcetest.NewPlainRegistry(t)
