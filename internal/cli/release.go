@@ -479,13 +479,7 @@ func (o *releaseCreateOptions) createFromSource(cmd *cobra.Command, c client.Cli
 		return nil
 	}
 	fmt.Fprintf(cmd.ErrOrStderr(), "operatorrelease/%s %s; waiting until the controller has fetched, verified and stored %s...\n", rel.Name, result, sourceString(rel.Spec.Source))
-	got := &v1alpha1.OperatorRelease{}
-	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, o.timeout, true, func(ctx context.Context) (bool, error) {
-		if err := c.Get(ctx, client.ObjectKeyFromObject(rel), got); err != nil {
-			return false, err
-		}
-		return meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.ConditionReady) || meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.ConditionStalled), nil
-	})
+	got, lastErr, err := waitSettled(ctx, c, client.ObjectKeyFromObject(rel), 500*time.Millisecond, o.timeout)
 	ready := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady)
 	switch {
 	case err == nil && ready != nil && ready.Status == metav1.ConditionTrue:
@@ -497,7 +491,25 @@ func (o *releaseCreateOptions) createFromSource(cmd *cobra.Command, c client.Cli
 	case ready != nil:
 		return fmt.Errorf("operatorrelease/%s is not ready after %s: %s: %s", rel.Name, o.timeout, ready.Reason, ready.Message)
 	}
+	if lastErr != nil {
+		return hubError(fmt.Errorf("operatorrelease/%s is not ready after %s; the last read of it failed: %w", rel.Name, o.timeout, lastErr))
+	}
 	return fmt.Errorf("operatorrelease/%s is not ready after %s (%v): is the rewind controller running? (rewind controller, or its Deployment in the hub)", rel.Name, o.timeout, err)
+}
+
+// waitSettled reads the release at key every interval until it is Ready or Stalled, or timeout
+// passes. A failed read is tried again at the next tick (the hub may be briefly unreachable);
+// lastErr is the error of the last read when it failed (nil when it succeeded), err that of
+// the wait (nil when the release settled).
+func waitSettled(ctx context.Context, c client.Reader, key client.ObjectKey, interval, timeout time.Duration) (got *v1alpha1.OperatorRelease, lastErr, err error) {
+	got = &v1alpha1.OperatorRelease{}
+	err = wait.PollUntilContextTimeout(ctx, interval, timeout, true, func(ctx context.Context) (bool, error) {
+		if lastErr = c.Get(ctx, key, got); lastErr != nil {
+			return false, nil
+		}
+		return meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.ConditionReady) || meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.ConditionStalled), nil
+	})
+	return got, lastErr, err
 }
 
 // sourceString names a source for messages.
