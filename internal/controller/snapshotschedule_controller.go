@@ -157,10 +157,7 @@ func (r *SnapshotScheduleReconciler) Reconcile(ctx context.Context, req ctrl.Req
 
 	var store *snapstore.Store
 	if sc.Spec.Store != "" {
-		st, err := snapstore.Get(ctx, r.Client, sc.Namespace, sc.Spec.Store)
-		if err == nil {
-			err = snapstore.CheckReady(st)
-		}
+		st, err := snapstore.GetReady(ctx, r.Client, sc.Namespace, sc.Spec.Store, false)
 		if err == nil {
 			store, err = snapstore.FromObject(ctx, r.Client, st)
 		}
