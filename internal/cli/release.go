@@ -140,7 +140,7 @@ Creating the same release again is a no-op; another release under an existing na
 			}
 			if o.chart != "" {
 				// Kept so that a Rollout can render the chart again with per-cluster values.
-				in, err := o.renderInput(h.ns())
+				in, err := o.renderInput()
 				if err != nil {
 					return err
 				}
@@ -202,10 +202,9 @@ func readRelease(ctx context.Context, c client.Client, ns, name string) (*v1alph
 	return rel, objs, err
 }
 
-// render validates the flags and renders the release; nothing is sent anywhere.
 // renderInput is what --chart renders: the chart (its files, or the archive), the values file,
 // the release name, namespace and API versions.
-func (o *releaseCreateOptions) renderInput(ns string) (*release.RenderInput, error) {
+func (o *releaseCreateOptions) renderInput() (*release.RenderInput, error) {
 	in := &release.RenderInput{ReleaseName: o.operator, Namespace: o.installNamespace, APIVersions: o.apiVersions}
 	if in.Namespace == "" {
 		in.Namespace = o.operator + "-system"
@@ -227,6 +226,7 @@ func (o *releaseCreateOptions) renderInput(ns string) (*release.RenderInput, err
 	return in, nil
 }
 
+// render validates the flags and renders the release; nothing is sent anywhere.
 func (o *releaseCreateOptions) render(name, ns string) (*v1alpha1.OperatorRelease, []byte, error) {
 	if err := o.validateCommon(name); err != nil {
 		return nil, nil, err
