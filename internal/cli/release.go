@@ -205,10 +205,7 @@ func readRelease(ctx context.Context, c client.Client, ns, name string) (*v1alph
 // renderInput is what --chart renders: the chart (its files, or the archive), the values file,
 // the release name, namespace and API versions.
 func (o *releaseCreateOptions) renderInput() (*release.RenderInput, error) {
-	in := &release.RenderInput{ReleaseName: o.operator, Namespace: o.installNamespace, APIVersions: o.apiVersions}
-	if in.Namespace == "" {
-		in.Namespace = o.operator + "-system"
-	}
+	in := &release.RenderInput{ReleaseName: o.operator, Namespace: release.InstallNamespace(o.operator, o.installNamespace), APIVersions: o.apiVersions}
 	if st, err := os.Stat(o.chart); err == nil && st.IsDir() {
 		if in.Files, err = release.ChartFilesFS(os.DirFS(o.chart)); err != nil {
 			return nil, fmt.Errorf("--chart %s: %w", o.chart, err)
@@ -237,10 +234,7 @@ func (o *releaseCreateOptions) render(name, ns string) (*v1alpha1.OperatorReleas
 	if len(o.apiVersions) > 0 && o.chart == "" {
 		return nil, nil, fmt.Errorf("--api-versions only applies to --chart")
 	}
-	installNS := o.installNamespace
-	if installNS == "" {
-		installNS = o.operator + "-system"
-	}
+	installNS := release.InstallNamespace(o.operator, o.installNamespace)
 	spec := v1alpha1.OperatorReleaseSpec{Operator: o.operator, Version: o.version, GitCommit: o.gitCommit, Image: o.image}
 	var objs []*unstructured.Unstructured
 	var err error

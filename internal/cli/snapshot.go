@@ -16,6 +16,7 @@ import (
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/member"
+	"github.com/rewind-dev/rewind/internal/release"
 	"github.com/rewind-dev/rewind/internal/snapshot"
 	"github.com/rewind-dev/rewind/internal/snapshot/snapstore"
 )
@@ -69,10 +70,11 @@ func captureOptionsFor(ctx context.Context, c client.Client, cl *member.Cluster,
 		return snapshot.Options{}, err
 	}
 	if installNS == "" {
-		installNS = operator + "-system"
-		if rec != nil && rec.Namespace != "" {
-			installNS = rec.Namespace
+		recorded := ""
+		if rec != nil {
+			recorded = rec.Namespace
 		}
+		installNS = release.InstallNamespace(operator, recorded)
 	}
 	return snapshot.Options{Operator: operator, Release: rel.Name, Version: rel.Spec.Version, Namespace: installNS, Manifests: objs}, nil
 }
