@@ -74,6 +74,12 @@ func (r Ref) String() string {
 	return fmt.Sprintf("secrets://%s/%s", r.Namespace, r.Digest)
 }
 
+// RefOf is where Put stores (or stored) payload in namespace.
+func RefOf(namespace string, payload []byte) Ref {
+	n := max((len(payload)+ChunkSize-1)/ChunkSize, 1)
+	return Ref{Namespace: namespace, Digest: Digest(payload), Chunks: n, Size: int64(len(payload))}
+}
+
 // Put stores payload in namespace under its digest. If the payload is already stored (every
 // chunk present with the right digest) nothing is written. kind labels the chunks. When
 // writing fails midway, the chunks this call created are deleted again, so no partial payload
@@ -85,13 +91,9 @@ func Put(ctx context.Context, c client.Client, namespace, kind string, payload [
 			err = errors.Join(err, deleteChunks(ctx, c, created))
 		}
 	}()
-	digest := Digest(payload)
+	ref = RefOf(namespace, payload)
+	digest, n := ref.Digest, ref.Chunks
 	h, _ := hexOf(digest)
-	n := (len(payload) + ChunkSize - 1) / ChunkSize
-	if n == 0 {
-		n = 1
-	}
-	ref = Ref{Namespace: namespace, Digest: digest, Chunks: n, Size: int64(len(payload))}
 	for i := 0; i < n; i++ {
 		lo, hi := i*ChunkSize, min((i+1)*ChunkSize, len(payload))
 		part := payload[lo:hi]

@@ -140,7 +140,7 @@ Creating the same release again is a no-op; another release under an existing na
 			}
 			if o.chart != "" {
 				// Kept so that a Rollout can render the chart again with per-cluster values.
-				in, err := o.renderInput(h.ns())
+				in, err := o.renderInput()
 				if err != nil {
 					return err
 				}
@@ -202,14 +202,10 @@ func readRelease(ctx context.Context, c client.Client, ns, name string) (*v1alph
 	return rel, objs, err
 }
 
-// render validates the flags and renders the release; nothing is sent anywhere.
 // renderInput is what --chart renders: the chart (its files, or the archive), the values file,
 // the release name, namespace and API versions.
-func (o *releaseCreateOptions) renderInput(ns string) (*release.RenderInput, error) {
-	in := &release.RenderInput{ReleaseName: o.operator, Namespace: o.installNamespace, APIVersions: o.apiVersions}
-	if in.Namespace == "" {
-		in.Namespace = o.operator + "-system"
-	}
+func (o *releaseCreateOptions) renderInput() (*release.RenderInput, error) {
+	in := &release.RenderInput{ReleaseName: o.operator, Namespace: release.InstallNamespace(o.operator, o.installNamespace), APIVersions: o.apiVersions}
 	if st, err := os.Stat(o.chart); err == nil && st.IsDir() {
 		if in.Files, err = release.ChartFilesFS(os.DirFS(o.chart)); err != nil {
 			return nil, fmt.Errorf("--chart %s: %w", o.chart, err)
@@ -227,6 +223,7 @@ func (o *releaseCreateOptions) renderInput(ns string) (*release.RenderInput, err
 	return in, nil
 }
 
+// render validates the flags and renders the release; nothing is sent anywhere.
 func (o *releaseCreateOptions) render(name, ns string) (*v1alpha1.OperatorRelease, []byte, error) {
 	if err := o.validateCommon(name); err != nil {
 		return nil, nil, err
@@ -237,10 +234,7 @@ func (o *releaseCreateOptions) render(name, ns string) (*v1alpha1.OperatorReleas
 	if len(o.apiVersions) > 0 && o.chart == "" {
 		return nil, nil, fmt.Errorf("--api-versions only applies to --chart")
 	}
-	installNS := o.installNamespace
-	if installNS == "" {
-		installNS = o.operator + "-system"
-	}
+	installNS := release.InstallNamespace(o.operator, o.installNamespace)
 	spec := v1alpha1.OperatorReleaseSpec{Operator: o.operator, Version: o.version, GitCommit: o.gitCommit, Image: o.image}
 	var objs []*unstructured.Unstructured
 	var err error
@@ -479,13 +473,7 @@ func (o *releaseCreateOptions) createFromSource(cmd *cobra.Command, c client.Cli
 		return nil
 	}
 	fmt.Fprintf(cmd.ErrOrStderr(), "operatorrelease/%s %s; waiting until the controller has fetched, verified and stored %s...\n", rel.Name, result, sourceString(rel.Spec.Source))
-	got := &v1alpha1.OperatorRelease{}
-	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, o.timeout, true, func(ctx context.Context) (bool, error) {
-		if err := c.Get(ctx, client.ObjectKeyFromObject(rel), got); err != nil {
-			return false, err
-		}
-		return meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.ConditionReady) || meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.ConditionStalled), nil
-	})
+	got, lastErr, err := waitSettled(ctx, c, client.ObjectKeyFromObject(rel), 500*time.Millisecond, o.timeout)
 	ready := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady)
 	switch {
 	case err == nil && ready != nil && ready.Status == metav1.ConditionTrue:
@@ -497,7 +485,25 @@ func (o *releaseCreateOptions) createFromSource(cmd *cobra.Command, c client.Cli
 	case ready != nil:
 		return fmt.Errorf("operatorrelease/%s is not ready after %s: %s: %s", rel.Name, o.timeout, ready.Reason, ready.Message)
 	}
+	if lastErr != nil {
+		return hubError(fmt.Errorf("operatorrelease/%s is not ready after %s; the last read of it failed: %w", rel.Name, o.timeout, lastErr))
+	}
 	return fmt.Errorf("operatorrelease/%s is not ready after %s (%v): is the rewind controller running? (rewind controller, or its Deployment in the hub)", rel.Name, o.timeout, err)
+}
+
+// waitSettled reads the release at key every interval until it is Ready or Stalled, or timeout
+// passes. A failed read is tried again at the next tick (the hub may be briefly unreachable);
+// lastErr is the error of the last read when it failed (nil when it succeeded), err that of
+// the wait (nil when the release settled).
+func waitSettled(ctx context.Context, c client.Reader, key client.ObjectKey, interval, timeout time.Duration) (got *v1alpha1.OperatorRelease, lastErr, err error) {
+	got = &v1alpha1.OperatorRelease{}
+	err = wait.PollUntilContextTimeout(ctx, interval, timeout, true, func(ctx context.Context) (bool, error) {
+		if lastErr = c.Get(ctx, key, got); lastErr != nil {
+			return false, nil
+		}
+		return meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.ConditionReady) || meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.ConditionStalled), nil
+	})
+	return got, lastErr, err
 }
 
 // sourceString names a source for messages.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/member"
+	"github.com/rewind-dev/rewind/internal/release"
 	"github.com/rewind-dev/rewind/internal/snapshot"
 	"github.com/rewind-dev/rewind/internal/snapshot/snapstore"
 )
@@ -69,10 +70,11 @@ func captureOptionsFor(ctx context.Context, c client.Client, cl *member.Cluster,
 		return snapshot.Options{}, err
 	}
 	if installNS == "" {
-		installNS = operator + "-system"
-		if rec != nil && rec.Namespace != "" {
-			installNS = rec.Namespace
+		recorded := ""
+		if rec != nil {
+			recorded = rec.Namespace
 		}
+		installNS = release.InstallNamespace(operator, recorded)
 	}
 	return snapshot.Options{Operator: operator, Release: rel.Name, Version: rel.Spec.Version, Namespace: installNS, Manifests: objs}, nil
 }
@@ -438,15 +440,12 @@ truncated) or PayloadUnavailable (missing, or its store or key unreachable).`,
 }
 
 // resolveStore reads the SnapshotStore NAME of the hub namespace and opens it (with its key
-// when withKey). A store whose last probe failed is refused with the reason.
+// when withKey). A store whose last probe failed is refused with the reason; one never probed
+// is used (the hub may run no controller).
 func resolveStore(ctx context.Context, c client.Client, h *hubFlags, name string, withKey bool) (*snapstore.Store, error) {
-	st := &v1alpha1.SnapshotStore{}
-	ns := h.ns()
-	if err := getHubObject(ctx, c, client.ObjectKey{Namespace: ns, Name: name}, st, "snapshot store", "kubectl get snapshotstores -n "+ns); err != nil {
-		return nil, err
-	}
-	if c := meta.FindStatusCondition(st.Status.Conditions, v1alpha1.ConditionReady); c != nil && c.Status != "True" {
-		return nil, fmt.Errorf("snapshot store %s/%s is not Ready (%s): %s", ns, name, c.Reason, c.Message)
+	st, err := snapstore.GetReady(ctx, c, h.ns(), name, true)
+	if err != nil {
+		return nil, hubError(err)
 	}
 	if withKey {
 		return snapstore.FromObject(ctx, c, st)

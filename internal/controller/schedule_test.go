@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -62,5 +63,31 @@ func TestDue(t *testing.T) {
 				t.Fatalf("due %s (%v), next %s; want due %q, next %s", due, ok, next, tc.wantDue, tc.wantNext)
 			}
 		})
+	}
+}
+
+func TestCaptureFailedMessageIsBounded(t *testing.T) {
+	due := time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
+	failures := func(n int) []string {
+		var f []string
+		for i := range n {
+			f = append(f, fmt.Sprintf("c%d: boom", i))
+		}
+		return f
+	}
+	for _, tc := range []struct {
+		// failed is how many clusters failed, of total.
+		failed, total int
+		// want is the whole message.
+		want string
+	}{
+		{failed: 1, total: 3, want: "1 of 3 clusters not captured at 2026-11-30T03:00:00Z: c0: boom"},
+		{failed: 5, total: 5, want: "5 of 5 clusters not captured at 2026-11-30T03:00:00Z: c0: boom; c1: boom; c2: boom; c3: boom; c4: boom"},
+		{failed: 6, total: 9, want: "6 of 9 clusters not captured at 2026-11-30T03:00:00Z: c0: boom; c1: boom; c2: boom; c3: boom; c4: boom; and 1 more"},
+		{failed: 1000, total: 1000, want: "1000 of 1000 clusters not captured at 2026-11-30T03:00:00Z: c0: boom; c1: boom; c2: boom; c3: boom; c4: boom; and 995 more"},
+	} {
+		if got := captureFailedMessage(failures(tc.failed), tc.total, due); got != tc.want {
+			t.Errorf("%d of %d failed:\n got %q\nwant %q", tc.failed, tc.total, got, tc.want)
+		}
 	}
 }

@@ -157,10 +157,7 @@ func (r *SnapshotScheduleReconciler) Reconcile(ctx context.Context, req ctrl.Req
 
 	var store *snapstore.Store
 	if sc.Spec.Store != "" {
-		st, err := snapstore.Get(ctx, r.Client, sc.Namespace, sc.Spec.Store)
-		if err == nil {
-			err = snapstore.CheckReady(st)
-		}
+		st, err := snapstore.GetReady(ctx, r.Client, sc.Namespace, sc.Spec.Store, false)
 		if err == nil {
 			store, err = snapstore.FromObject(ctx, r.Client, st)
 		}
@@ -192,7 +189,7 @@ func (r *SnapshotScheduleReconciler) Reconcile(ctx context.Context, req ctrl.Req
 		r.condition(sc, v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonNoClusters, "spec.clusterSelector picks no MemberCluster")
 	case len(failed) > 0:
 		r.condition(sc, v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonCaptureFailed,
-			fmt.Sprintf("%d of %d clusters not captured at %s: %s", len(failed), len(results), due.Format(time.RFC3339), strings.Join(failed, "; ")))
+			captureFailedMessage(failed, len(results), due))
 	default:
 		r.condition(sc, v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonCaptured,
 			fmt.Sprintf("%d clusters captured at %s", len(results), due.Format(time.RFC3339)))
@@ -277,6 +274,22 @@ func scheduledName(schedule, cluster string, due time.Time) string {
 		n = n[len(n)-180:]
 	}
 	return strings.Trim(n, "-.")
+}
+
+// maxListedFailures is how many failed clusters the Ready condition names; the rest are
+// counted (status.lastRun has them all, up to its own bound).
+const maxListedFailures = 5
+
+// captureFailedMessage is the Ready message of a run where some of total clusters failed:
+// the first maxListedFailures failures, then how many more there are.
+func captureFailedMessage(failed []string, total int, due time.Time) string {
+	listed := failed
+	more := ""
+	if len(failed) > maxListedFailures {
+		listed = failed[:maxListedFailures]
+		more = fmt.Sprintf("; and %d more", len(failed)-maxListedFailures)
+	}
+	return fmt.Sprintf("%d of %d clusters not captured at %s: %s%s", len(failed), total, due.Format(time.RFC3339), strings.Join(listed, "; "), more)
 }
 
 func (r *SnapshotScheduleReconciler) condition(sc *v1alpha1.SnapshotSchedule, typ string, status metav1.ConditionStatus, reason, msg string) {

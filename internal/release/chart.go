@@ -61,38 +61,6 @@ func RenderChart(chartPath, valuesFile, releaseName, namespace string, apiVersio
 	return renderChart(chrt, values, releaseName, namespace, apiVersions)
 }
 
-// RenderChartArchive is RenderChart for a packaged chart (.tgz bytes, such as a chart pulled
-// from a registry or a repository) with values already read (nil for none); name says where
-// the archive comes from in messages.
-func RenderChartArchive(tgz []byte, name string, values map[string]interface{}, releaseName, namespace string, apiVersions ...string) ([]*unstructured.Unstructured, *v1alpha1.ChartInfo, error) {
-	if err := checkRenderTarget(releaseName, namespace); err != nil {
-		return nil, nil, err
-	}
-	chrt, err := loader.LoadArchive(bytes.NewReader(tgz))
-	if err != nil {
-		return nil, nil, fmt.Errorf("loading chart %s: %w", name, err)
-	}
-	return renderChart(chrt, values, releaseName, namespace, apiVersions)
-}
-
-// RenderChartFS is RenderChart for the chart folder at the root of fsys (fetched content,
-// such as a folder of a Git commit; .helmignore is honoured as helm does) with values already
-// read (nil for none); name says where fsys comes from in messages.
-func RenderChartFS(fsys fs.FS, name string, values map[string]interface{}, releaseName, namespace string, apiVersions ...string) ([]*unstructured.Unstructured, *v1alpha1.ChartInfo, error) {
-	if err := checkRenderTarget(releaseName, namespace); err != nil {
-		return nil, nil, err
-	}
-	files, err := chartFiles(fsys)
-	if err != nil {
-		return nil, nil, fmt.Errorf("loading chart %s: %w", name, err)
-	}
-	chrt, err := loader.LoadFiles(files)
-	if err != nil {
-		return nil, nil, fmt.Errorf("loading chart %s: %w", name, err)
-	}
-	return renderChart(chrt, values, releaseName, namespace, apiVersions)
-}
-
 func checkRenderTarget(releaseName, namespace string) error {
 	if releaseName == "" {
 		return errors.New("rendering chart: a release name is required")

@@ -41,15 +41,24 @@ type Stored struct {
 // fails midway, nothing of them is left behind) and says what they hold. Both ways a release
 // comes to be use it: rewind release create (Create) and the OperatorRelease controller.
 func Store(ctx context.Context, c client.Client, namespace string, canonical []byte) (*Stored, error) {
+	stored, err := Describe(namespace, canonical)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := artifact.Put(ctx, c, namespace, ArtifactKind, canonical); err != nil {
+		return nil, err
+	}
+	return stored, nil
+}
+
+// Describe says what canonical manifests stored in namespace hold, without reading or writing
+// the store (for manifests just read from it).
+func Describe(namespace string, canonical []byte) (*Stored, error) {
 	objs, err := Parse(canonical)
 	if err != nil {
 		return nil, err
 	}
-	ref, err := artifact.Put(ctx, c, namespace, ArtifactKind, canonical)
-	if err != nil {
-		return nil, err
-	}
-	return &Stored{Ref: ref, CRDs: CRDInventory(objs), Objects: int32(len(objs))}, nil
+	return &Stored{Ref: artifact.RefOf(namespace, canonical), CRDs: CRDInventory(objs), Objects: int32(len(objs))}, nil
 }
 
 // SetReady records s in status: CRD inventory, counts, artifact location and digest, and the

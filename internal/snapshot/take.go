@@ -47,7 +47,7 @@ type Request struct {
 	// StoreURL is where the payload goes (default secrets://<Namespace>), with the Hub's KEK.
 	// Store, when set, overrides it.
 	StoreURL string
-	// Store is a resolved SnapshotStore (snapstore.Resolve): the payload goes to it, wrapped
+	// Store is a resolved SnapshotStore (snapstore.FromObject): the payload goes to it, wrapped
 	// with its key, and, unless it is hub Secrets, a copy of the Snapshot's metadata is
 	// written next to the payload (see MetadataName) so that a new hub can import it.
 	Store *snapstore.Store

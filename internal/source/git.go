@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
@@ -21,25 +22,36 @@ import (
 
 const gitAuthFix = "put a username and password (or access token) or a token in a Secret and name it in spec.source.secretRef; rewind keeps trying"
 
-// FetchGit clones src.URL into memory (every branch and tag; no working tree), takes the
-// folder src.Path of commit src.Commit and reads it as src.Kind says. Git names every object by
-// its hash, so the files are those of that commit. Symbolic links and submodules in the folder
-// are left out.
+// FetchGit clones src.URL into memory (no working tree), takes the folder src.Path of commit
+// src.Commit and reads it as src.Kind says. Git names every object by its hash, so the files are
+// those of that commit. When a branch or tag of the repository points at the commit, only that
+// ref is cloned, one commit deep; otherwise every branch and tag is cloned with its history,
+// since the commit may be anywhere in it. Symbolic links and submodules in the folder are left
+// out.
 func FetchGit(ctx context.Context, src *v1alpha1.GitSource, creds *Credentials) (*Content, error) {
 	dir := strings.Trim(path.Clean("/"+src.Path), "/")
 	where := src.URL + "@" + src.Commit
 	if dir != "" {
 		where += ":" + dir
 	}
-	opts := &git.CloneOptions{URL: src.URL, Tags: git.AllTags}
+	var auth transport.AuthMethod
+	var ca []byte
 	if creds != nil {
-		opts.CABundle = creds.CA
+		ca = creds.CA
 		switch {
 		case creds.Token != "":
-			opts.Auth = &githttp.TokenAuth{Token: creds.Token}
+			auth = &githttp.TokenAuth{Token: creds.Token}
 		case creds.Username != "":
-			opts.Auth = &githttp.BasicAuth{Username: creds.Username, Password: creds.Password}
+			auth = &githttp.BasicAuth{Username: creds.Username, Password: creds.Password}
 		}
+	}
+	opts := &git.CloneOptions{URL: src.URL, Auth: auth, CABundle: ca, Tags: git.AllTags}
+	ref, err := refAt(ctx, src.URL, src.Commit, auth, ca)
+	if err != nil {
+		return nil, gitError("cloning "+src.URL, err)
+	}
+	if ref != "" {
+		opts.ReferenceName, opts.SingleBranch, opts.Depth, opts.Tags = ref, true, 1, git.NoTags
 	}
 	repo, err := git.CloneContext(ctx, memory.NewStorage(), nil, opts)
 	if err != nil {
@@ -59,6 +71,9 @@ func FetchGit(ctx context.Context, src *v1alpha1.GitSource, creds *Credentials) 
 	}
 	if dir != "" {
 		tree, err = tree.Tree(dir)
+		if err != nil && !errors.Is(err, object.ErrDirectoryNotFound) {
+			return nil, fail(v1alpha1.ReasonSourceInvalid, false, "", "reading folder %s of commit %s of %s: %w", dir, src.Commit, src.URL, err)
+		}
 		if err != nil {
 			return nil, fail(v1alpha1.ReasonSourceInvalid, false, "fix spec.source.git.path: a folder of that commit, relative to the repository root",
 				"commit %s of %s has no folder %s", src.Commit, src.URL, dir)
@@ -94,6 +109,32 @@ func FetchGit(ctx context.Context, src *v1alpha1.GitSource, creds *Credentials) 
 		content.Files = nil
 	}
 	return content, nil
+}
+
+// refAt is a branch or tag of the repository at url that points at commit (directly, or
+// through an annotated tag), "" when none does. Branches are preferred to tags.
+func refAt(ctx context.Context, url, commit string, auth transport.AuthMethod, ca []byte) (plumbing.ReferenceName, error) {
+	remote := git.NewRemote(memory.NewStorage(), &config.RemoteConfig{Name: git.DefaultRemoteName, URLs: []string{url}})
+	refs, err := remote.ListContext(ctx, &git.ListOptions{Auth: auth, CABundle: ca, PeelingOption: git.AppendPeeled})
+	if err != nil {
+		return "", err
+	}
+	want := plumbing.NewHash(commit)
+	var tag plumbing.ReferenceName
+	for _, r := range refs {
+		if r.Type() != plumbing.HashReference || r.Hash() != want {
+			continue
+		}
+		// A peeled annotated tag is listed as refs/tags/NAME^{}; the clone names the tag.
+		name := plumbing.ReferenceName(strings.TrimSuffix(r.Name().String(), "^{}"))
+		switch {
+		case name.IsBranch():
+			return name, nil
+		case name.IsTag() && tag == "":
+			tag = name
+		}
+	}
+	return tag, nil
 }
 
 // gitError words a failed clone.

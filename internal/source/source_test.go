@@ -220,6 +220,48 @@ func TestHelmRepository(t *testing.T) {
 	checkErr(t, err, v1alpha1.ReasonDigestMismatch, false, "has digest "+sourcetest.Digest(other), "re-published under the same version", "create a new OperatorRelease")
 }
 
+// TestHelmRepositoryKeepsCredentialsOutOfErrors: a URL with user information is refused,
+// naming the field and where credentials go; no error shows a password or a query token.
+func TestHelmRepositoryKeepsCredentialsOutOfErrors(t *testing.T) {
+	auth := sourcetest.Auth{Username: user, Password: pass}
+	repo := sourcetest.NewHelmRepo(t, auth)
+	digest := repo.Add(t, "mysql-operator-2.0.0.tgz", sourcetest.PackageChart(t, sample(t, "2.0.0")))
+	withUser := strings.Replace(repo.URL(), "https://", "https://"+user+":"+pass+"@", 1)
+	for _, tc := range []struct {
+		// name says what the URL holds; url is spec.source.helmRepository.url.
+		name, url string
+		// creds are those of the Secret.
+		creds *source.Credentials
+		// reason and says: the error expected.
+		reason string
+		says   []string
+	}{
+		{name: "user and password", url: withUser, creds: &source.Credentials{CA: repo.CA()},
+			reason: v1alpha1.ReasonSourceInvalid, says: []string{"spec.source.helmRepository.url " + repo.URL() + " carries user information", "spec.source.secretRef"}},
+		{name: "user and password, with a Secret too", url: withUser, creds: creds(repo.CA(), auth),
+			reason: v1alpha1.ReasonSourceInvalid, says: []string{"spec.source.helmRepository.url", "spec.source.secretRef"}},
+		{name: "token in the query, refused", url: repo.URL() + "?sig=" + token, creds: &source.Credentials{CA: repo.CA()},
+			reason: v1alpha1.ReasonSourceUnauthorized, says: []string{"401 Unauthorized", "GET " + repo.URL()}},
+		{name: "token in the query, server down", url: "https://127.0.0.1:1/charts?sig=" + token, creds: &source.Credentials{CA: repo.CA()},
+			reason: v1alpha1.ReasonSourceUnreachable, says: []string{"https://127.0.0.1:1/charts"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := source.FetchHelmRepository(t.Context(), &v1alpha1.HelmRepositorySource{URL: tc.url, Chart: "mysql-operator", Version: "2.0.0", Digest: digest}, tc.creds)
+			checkErr(t, err, tc.reason, tc.reason != v1alpha1.ReasonSourceInvalid, tc.says...)
+			if err == nil {
+				return
+			}
+			var se *source.Error
+			errors.As(err, &se)
+			for _, secret := range []string{pass, token, "sig="} {
+				if strings.Contains(err.Error(), secret) || (se != nil && strings.Contains(se.Fix, secret)) {
+					t.Errorf("the error shows %q: %v", secret, err)
+				}
+			}
+		})
+	}
+}
+
 func TestGit(t *testing.T) {
 	srv := sourcetest.NewGitServer(t, sourcetest.Auth{Username: user, Password: pass, Token: token})
 	commit := srv.Commit(t, "mysql-operator", "releases 1, 2 and 3", map[string]string{
@@ -293,6 +335,42 @@ func TestGit(t *testing.T) {
 			}
 			if n == 0 {
 				t.Errorf("%s renders no objects", got.Name)
+			}
+		})
+	}
+}
+
+// TestGitShallowWhenARefPointsAtTheCommit: a commit that a branch or tag points at is cloned
+// one commit deep (the fetch asks the server for a shallow history); a commit in the middle
+// of the history is still found, through a full clone.
+func TestGitShallowWhenARefPointsAtTheCommit(t *testing.T) {
+	srv := sourcetest.NewGitServer(t, sourcetest.Auth{Username: user, Password: pass})
+	tagged := srv.Commit(t, "mysql-operator", "release 1", map[string]string{"deploy/a": sample(t, "1.0.0")})
+	srv.Tag(t, "mysql-operator", "v1.0.0", tagged)
+	middle := srv.Commit(t, "mysql-operator", "release 2", map[string]string{"deploy/b": sample(t, "1.0.0")})
+	tip := srv.Commit(t, "mysql-operator", "release 3", map[string]string{"deploy/c": sample(t, "1.0.0")})
+	good := creds(srv.CA(), sourcetest.Auth{Username: user, Password: pass})
+	for _, tc := range []struct {
+		// name says where the commit is; dir is the folder it adds.
+		name, commit, dir string
+		// shallow is whether the clone should be one commit deep.
+		shallow bool
+	}{
+		{name: "tip of the branch", commit: tip, dir: "deploy/c", shallow: true},
+		{name: "annotated tag", commit: tagged, dir: "deploy/a", shallow: true},
+		{name: "middle of the history", commit: middle, dir: "deploy/b", shallow: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := srv.ShallowFetches()
+			got, err := source.FetchGit(t.Context(), &v1alpha1.GitSource{URL: srv.RepoURL("mysql-operator"), Commit: tc.commit, Path: tc.dir, Kind: v1alpha1.FormatManifests}, good)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if objs, err := release.RenderManifestsFS(got.Files, got.Name); err != nil || len(objs) == 0 {
+				t.Fatalf("%s renders %d objects: %v", got.Name, len(objs), err)
+			}
+			if shallow := srv.ShallowFetches() > before; shallow != tc.shallow {
+				t.Errorf("shallow fetch %t, want %t", shallow, tc.shallow)
 			}
 		})
 	}

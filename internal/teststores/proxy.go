@@ -22,6 +22,8 @@ type Proxy struct {
 	threshold int64
 	hook      func()
 	conns     map[net.Conn]struct{}
+	// closed is set when close begins; a connection accepted after that is closed at once.
+	closed bool
 }
 
 // StartProxy starts a proxy to target, closed when the test ends.
@@ -54,12 +56,24 @@ func (p *Proxy) serve() {
 	}
 }
 
-func (p *Proxy) track(c net.Conn, add bool) {
+// track records conns so that close closes them; false when the proxy is already closed (the
+// caller closes them).
+func (p *Proxy) track(conns ...net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if add {
+	if p.closed {
+		return false
+	}
+	for _, c := range conns {
 		p.conns[c] = struct{}{}
-	} else {
+	}
+	return true
+}
+
+func (p *Proxy) untrack(conns ...net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range conns {
 		delete(p.conns, c)
 	}
 }
@@ -70,14 +84,14 @@ func (p *Proxy) handle(c net.Conn) {
 		c.Close()
 		return
 	}
-	p.track(c, true)
-	p.track(up, true)
 	defer func() {
 		c.Close()
 		up.Close()
-		p.track(c, false)
-		p.track(up, false)
+		p.untrack(c, up)
 	}()
+	if !p.track(c, up) {
+		return
+	}
 	done := make(chan struct{}, 2)
 	go func() {
 		_, _ = io.Copy(c, up)
@@ -116,9 +130,10 @@ func (p *Proxy) count(n int64) {
 }
 
 func (p *Proxy) close() {
-	p.l.Close()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.closed = true
+	p.l.Close()
 	for c := range p.conns {
 		c.Close()
 	}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -70,8 +71,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if rel.Spec.Source == nil {
 		return r.patchStatus(ctx, rel, r.checkUpload)
 	}
-	// Fetching may take a while: say so first.
-	if !meta.IsStatusConditionTrue(rel.Status.Conditions, v1alpha1.ConditionReconciling) {
+	// Fetching may take a while: say so first, on the first attempt. A retry (Stalled, with
+	// the last failure) writes its status once, when it ends.
+	if !meta.IsStatusConditionTrue(rel.Status.Conditions, v1alpha1.ConditionReconciling) && meta.FindStatusCondition(rel.Status.Conditions, v1alpha1.ConditionStalled) == nil {
 		if res, err := r.patchStatus(ctx, rel, func(_ context.Context, rel *v1alpha1.OperatorRelease) (ctrl.Result, error) {
 			meta.SetStatusCondition(&rel.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionReconciling, Status: metav1.ConditionTrue,
 				Reason: v1alpha1.ReasonFetching, Message: "fetching " + describe(rel.Spec.Source), ObservedGeneration: rel.Generation})
@@ -93,6 +95,9 @@ func ready(rel *v1alpha1.OperatorRelease) bool {
 func (r *Reconciler) patchStatus(ctx context.Context, rel *v1alpha1.OperatorRelease, phase func(context.Context, *v1alpha1.OperatorRelease) (ctrl.Result, error)) (ctrl.Result, error) {
 	base := rel.DeepCopy()
 	res, err := phase(ctx, rel)
+	if equality.Semantic.DeepEqual(base.Status, rel.Status) {
+		return res, err
+	}
 	if perr := r.Client.Status().Patch(ctx, rel, client.MergeFrom(base)); perr != nil {
 		return ctrl.Result{}, errors.Join(err, fmt.Errorf("writing the status of OperatorRelease %s/%s: %w", rel.Namespace, rel.Name, perr))
 	}
@@ -110,9 +115,10 @@ func (r *Reconciler) checkUpload(ctx context.Context, rel *v1alpha1.OperatorRele
 			fix: "upload them with rewind release create " + rel.Name + " -n " + rel.Namespace + " --manifests/--chart/--bundle ... (the same flags that gave this spec), or give the release a spec.source for the controller to fetch"})
 		return ctrl.Result{}, nil
 	}
-	stored, err := release.Store(ctx, r.Client, rel.Namespace, canonical) // already there: reads only
+	// artifact.Get verified the chunks against spec.digest: they are stored, read once.
+	stored, err := release.Describe(rel.Namespace, canonical)
 	if err != nil {
-		return ctrl.Result{}, err
+		return ctrl.Result{}, fmt.Errorf("the manifests of digest %s (spec.digest) stored in namespace %s: %w", rel.Spec.Digest, rel.Namespace, err)
 	}
 	stored.SetReady(&rel.Status, rel.Generation)
 	rel.Status.Format, rel.Status.Chart, rel.Status.Bundle = rel.Spec.Format, rel.Spec.Chart, rel.Spec.Bundle

@@ -106,16 +106,13 @@ func (r *Reconciler) build(ctx context.Context, rel *v1alpha1.OperatorRelease) (
 	return stored, info, nil
 }
 
-// render renders fetched content for rel and checks it binds to the release: chart appVersion
-// or bundle operatorVersion equal to spec.version, a Deployment running spec.image.
 // installNamespace is the namespace a release from a source is rendered for.
 func installNamespace(rel *v1alpha1.OperatorRelease) string {
-	if rel.Spec.InstallNamespace != "" {
-		return rel.Spec.InstallNamespace
-	}
-	return rel.Spec.Operator + "-system"
+	return release.InstallNamespace(rel.Spec.Operator, rel.Spec.InstallNamespace)
 }
 
+// render renders fetched content for rel and checks it binds to the release: chart appVersion
+// or bundle operatorVersion equal to spec.version, a Deployment running spec.image.
 func render(rel *v1alpha1.OperatorRelease, content *source.Content, values map[string]interface{}) ([]*unstructured.Unstructured, *rendered, *failure) {
 	ns := installNamespace(rel)
 	info := &rendered{format: content.Format}

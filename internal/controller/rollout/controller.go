@@ -190,11 +190,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 		what, ro.Status.CurrentRelease, ro.Status.CurrentWave+1, len(groups), ro.Status.Targets.Succeeded+ro.Status.Targets.RolledBack, ro.Status.Targets.Total))
 	if len(d.Start) > 0 && ro.Spec.SnapshotStore != "" && s.takesSnapshots(d.Start) {
 		// No cluster starts a change whose snapshot cannot be stored.
-		st, err := snapstore.Get(ctx, r.Hub, ro.Namespace, ro.Spec.SnapshotStore)
-		if err == nil {
-			err = snapstore.CheckReady(st)
-		}
-		if err != nil {
+		if _, err := snapstore.GetReady(ctx, r.Hub, ro.Namespace, ro.Spec.SnapshotStore, false); err != nil {
 			msg := fmt.Sprintf("spec.snapshotStore: %v; no cluster starts until its snapshot can be stored", err)
 			s.condition(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonStoreNotReady, msg)
 			s.condition(v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonStoreNotReady, msg)

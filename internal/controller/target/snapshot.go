@@ -2,6 +2,7 @@ package target
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -36,12 +37,13 @@ func (takeSnapshot) run(ctx context.Context, x *execution) (time.Duration, error
 	hub := x.hub()
 	var store *snapstore.Store
 	if name := t.Spec.SnapshotStore; name != "" {
-		st, err := snapstore.Get(ctx, hub.Client, t.Namespace, name)
-		if err != nil {
-			return 0, terminalf("snapshot store %s (spec.snapshotStore): %v: the Rollout does not start a cluster whose snapshot cannot be stored", name, err)
-		}
-		if err := snapstore.CheckReady(st); err != nil {
+		st, err := snapstore.GetReady(ctx, hub.Client, t.Namespace, name, false)
+		var nre *snapstore.NotReadyError
+		switch {
+		case errors.As(err, &nre):
 			return 0, terminalf("%v: the Rollout does not start a cluster whose snapshot cannot be stored", err)
+		case err != nil:
+			return 0, terminalf("snapshot store %s (spec.snapshotStore): %v: the Rollout does not start a cluster whose snapshot cannot be stored", name, err)
 		}
 		if store, err = snapstore.FromObject(ctx, hub.Client, st); err != nil {
 			return 0, err // a Secret or the KMS may be back on the next attempt

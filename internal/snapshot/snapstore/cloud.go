@@ -49,13 +49,16 @@ func openGCS(ctx context.Context, c client.Reader, st *v1alpha1.SnapshotStore) (
 		}
 	}
 	return func(ctx context.Context) (payload.Store, error) {
-		if creds == nil {
+		// A local copy: the opener may be called concurrently, and the captured creds is
+		// shared by every call.
+		cred := creds
+		if cred == nil {
 			var err error
-			if creds, err = gcp.DefaultCredentials(ctx); err != nil {
+			if cred, err = gcp.DefaultCredentials(ctx); err != nil {
 				return nil, fmt.Errorf("no credentialsSecretRef and no Google Application Default Credentials: %w", err)
 			}
 		}
-		hc, err := gcp.NewHTTPClient(gcp.DefaultTransport(), gcp.CredentialsTokenSource(creds))
+		hc, err := gcp.NewHTTPClient(gcp.DefaultTransport(), gcp.CredentialsTokenSource(cred))
 		if err != nil {
 			return nil, err
 		}

@@ -109,6 +109,25 @@ func Get(ctx context.Context, c client.Reader, namespace, name string) (*v1alpha
 	return st, nil
 }
 
+// GetReady reads the SnapshotStore namespace/name and returns it when its Ready condition is
+// True; otherwise the error is a *NotReadyError naming the condition's reason and message. A
+// store with no Ready condition yet (the controller has not probed it) is refused too, unless
+// acceptUnprobed (a CLI run against a hub without the controller, which will fail at the store
+// itself if it is broken). Every user of a store checks it through here.
+func GetReady(ctx context.Context, c client.Reader, namespace, name string, acceptUnprobed bool) (*v1alpha1.SnapshotStore, error) {
+	st, err := Get(ctx, c, namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckReady(st); err != nil {
+		var nre *NotReadyError
+		if !acceptUnprobed || !errors.As(err, &nre) || nre.Reason != "" {
+			return nil, err
+		}
+	}
+	return st, nil
+}
+
 // CheckReady returns a NotReadyError unless the store's Ready condition is True.
 func CheckReady(st *v1alpha1.SnapshotStore) error {
 	for _, c := range st.Status.Conditions {
@@ -120,15 +139,6 @@ func CheckReady(st *v1alpha1.SnapshotStore) error {
 		}
 	}
 	return &NotReadyError{Name: st.Name, Namespace: st.Namespace}
-}
-
-// Resolve reads the SnapshotStore namespace/name and resolves it (see FromObject).
-func Resolve(ctx context.Context, c client.Client, namespace, name string) (*Store, error) {
-	st, err := Get(ctx, c, namespace, name)
-	if err != nil {
-		return nil, err
-	}
-	return FromObject(ctx, c, st)
 }
 
 // FromObject resolves a SnapshotStore: it reads its credentials Secret and opens its key. It

@@ -12,6 +12,8 @@ import (
 
 	"github.com/aws/smithy-go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 )
@@ -91,6 +93,49 @@ func TestReason(t *testing.T) {
 	} {
 		if got := Reason(tc.err); got != tc.want {
 			t.Errorf("%v: %s, want %s", tc.err, got, tc.want)
+		}
+	}
+}
+
+func TestGetReady(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	store := func(name string, cond *metav1.Condition) *v1alpha1.SnapshotStore {
+		st := &v1alpha1.SnapshotStore{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"}}
+		if cond != nil {
+			st.Status.Conditions = []metav1.Condition{*cond}
+		}
+		return st
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&v1alpha1.SnapshotStore{}).WithObjects(
+		store("ready", &metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonProbeSucceeded}),
+		store("broken", &metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonAccessDenied, Message: "403"}),
+		store("unprobed", nil),
+	).Build()
+	for _, tc := range []struct {
+		// name of the store; acceptUnprobed as passed.
+		name           string
+		acceptUnprobed bool
+		// want is in the error ("" for none); notReady says it is a *NotReadyError.
+		want     string
+		notReady bool
+	}{
+		{name: "ready"},
+		{name: "broken", want: "snapshot store ns/broken is not Ready (AccessDenied): 403", notReady: true},
+		{name: "broken", acceptUnprobed: true, want: "is not Ready (AccessDenied)", notReady: true},
+		{name: "unprobed", want: "has not been checked yet", notReady: true},
+		{name: "unprobed", acceptUnprobed: true},
+		{name: "missing", acceptUnprobed: true, want: `snapshot store "missing" not found in namespace ns (list them with: kubectl get snapshotstores -n ns)`},
+	} {
+		st, err := GetReady(t.Context(), c, "ns", tc.name, tc.acceptUnprobed)
+		var nre *NotReadyError
+		switch {
+		case tc.want == "" && (err != nil || st == nil || st.Name != tc.name):
+			t.Errorf("%s (acceptUnprobed %t): %v, want the store", tc.name, tc.acceptUnprobed, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || errors.As(err, &nre) != tc.notReady):
+			t.Errorf("%s (acceptUnprobed %t): %v, want an error with %q (NotReadyError %t)", tc.name, tc.acceptUnprobed, err, tc.want, tc.notReady)
 		}
 	}
 }

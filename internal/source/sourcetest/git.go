@@ -1,18 +1,23 @@
 package sourcetest
 
 import (
+	"bytes"
 	"io"
 	"io/fs"
+	"net/http"
 	"net/http/cgi"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-git/go-billy/v5/memfs"
 	"github.com/go-git/go-billy/v5/osfs"
 	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/storage/filesystem"
@@ -23,6 +28,8 @@ import (
 type GitServer struct {
 	server
 	root string
+	// shallow counts the fetches that asked for a shallow history (a deepen line).
+	shallow atomic.Int64
 }
 
 // NewGitServer starts a Git server that requires auth, stopped when the test ends.
@@ -35,7 +42,40 @@ func NewGitServer(t testing.TB, auth Auth) *GitServer {
 	root := t.TempDir()
 	h := &cgi.Handler{Path: git, Args: []string{"http-backend"},
 		Env: []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1"}, Stderr: io.Discard}
-	return &GitServer{server: startTLS(t, auth.wrap(h)), root: root}
+	g := &GitServer{root: root}
+	count := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/git-upload-pack") {
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			if bytes.Contains(body, []byte("deepen ")) {
+				g.shallow.Add(1)
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+		}
+		h.ServeHTTP(w, r)
+	})
+	g.server = startTLS(t, auth.wrap(count))
+	return g
+}
+
+// ShallowFetches is how many fetches so far asked for a shallow history.
+func (g *GitServer) ShallowFetches() int { return int(g.shallow.Load()) }
+
+// Tag adds an annotated tag to repository name that points at commit.
+func (g *GitServer) Tag(t testing.TB, name, tag, commit string) {
+	t.Helper()
+	storage := filesystem.NewStorage(osfs.New(filepath.Join(g.root, name+".git")), cache.NewObjectLRUDefault())
+	repo, err := git.Open(storage, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig := &object.Signature{Name: "rewind test", Email: "test@rewind.dev", When: time.Unix(1767225600, 0)}
+	if _, err := repo.CreateTag(tag, plumbing.NewHash(commit), &git.CreateTagOptions{Tagger: sig, Message: "release " + tag}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // URL of repository name (https://HOST/name.git).
