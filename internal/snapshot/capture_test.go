@@ -258,6 +258,15 @@ func TestCaptureStopsEveryListerWhenTheFirstKindFails(t *testing.T) {
 		if _, err := apply.Objects(ctx, cl, []*unstructured.Unstructured{kindCRD("Abroken", false)}, apply.Options{}); err != nil {
 			t.Errorf("serving the storage version of the broken CRD: %v", err)
 		}
+		// Only once the API server serves it (a LIST at v1 answers) is the CRD deleted: a
+		// finalizer that found it unserved backs off for minutes on a busy machine.
+		abrokens := schema.GroupVersionResource{Group: "race.example.com", Version: "v1", Resource: "abrokens"}
+		if err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			_, err := cl.Dynamic.Resource(abrokens).List(ctx, metav1.ListOptions{Limit: 1})
+			return err == nil, nil
+		}); err != nil {
+			t.Errorf("the mended CRD's storage version was not served: %v", err)
+		}
 		for _, crd := range crds {
 			_ = cl.Client.Delete(ctx, crd)
 		}
