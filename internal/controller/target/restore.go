@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -23,7 +25,10 @@ func (restoreSnapshot) run(ctx context.Context, x *execution) (time.Duration, er
 	t := x.t
 	snap := &v1alpha1.Snapshot{}
 	if err := x.r.Hub.Get(ctx, client.ObjectKey{Namespace: t.Namespace, Name: t.Spec.Snapshot}, snap); err != nil {
-		return 0, terminalf("snapshot %s to restore: %v", t.Spec.Snapshot, err)
+		if apierrors.IsNotFound(err) {
+			return 0, terminalf("snapshot %s to restore: %v", t.Spec.Snapshot, err)
+		}
+		return 0, fmt.Errorf("reading snapshot %s to restore: %w", t.Spec.Snapshot, err) // tried again with backoff
 	}
 	// The snapshot's content is in memory while the restore runs: wait while other restores
 	// hold the memory budget.

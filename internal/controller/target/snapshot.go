@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/metrics"
 	"github.com/rewind-dev/rewind/internal/snapshot"
@@ -19,6 +21,24 @@ type takeSnapshot struct{}
 
 func (takeSnapshot) run(ctx context.Context, x *execution) (time.Duration, error) {
 	t := x.t
+	// The store first: a cluster whose snapshot cannot be stored is not started.
+	hub := x.hub()
+	var store *snapstore.Store
+	if name := t.Spec.SnapshotStore; name != "" {
+		st, err := snapstore.GetReady(ctx, hub.Client, t.Namespace, name, false)
+		var nre *snapstore.NotReadyError
+		switch {
+		case errors.As(err, &nre):
+			return 0, terminalf("%v: the Rollout does not start a cluster whose snapshot cannot be stored", err)
+		case apierrors.IsNotFound(err):
+			return 0, terminalf("snapshot store %s (spec.snapshotStore): %v: the Rollout does not start a cluster whose snapshot cannot be stored", name, err)
+		case err != nil:
+			return 0, err // the hub did not answer: tried again with backoff
+		}
+		if store, err = snapstore.FromObject(ctx, hub.Client, st); err != nil {
+			return 0, err // a Secret or the KMS may be back on the next attempt
+		}
+	}
 	opts := snapshot.Options{Operator: t.Spec.Operator, Namespace: t.Spec.InstallNamespace}
 	if t.Spec.FromRelease != "" {
 		rel, objs, err := x.from(ctx)
@@ -33,21 +53,6 @@ func (takeSnapshot) run(ctx context.Context, x *execution) (time.Duration, error
 			return 0, err
 		}
 		opts.Manifests = objs
-	}
-	hub := x.hub()
-	var store *snapstore.Store
-	if name := t.Spec.SnapshotStore; name != "" {
-		st, err := snapstore.GetReady(ctx, hub.Client, t.Namespace, name, false)
-		var nre *snapstore.NotReadyError
-		switch {
-		case errors.As(err, &nre):
-			return 0, terminalf("%v: the Rollout does not start a cluster whose snapshot cannot be stored", err)
-		case err != nil:
-			return 0, terminalf("snapshot store %s (spec.snapshotStore): %v: the Rollout does not start a cluster whose snapshot cannot be stored", name, err)
-		}
-		if store, err = snapstore.FromObject(ctx, hub.Client, st); err != nil {
-			return 0, err // a Secret or the KMS may be back on the next attempt
-		}
 	}
 	snap, err := hub.Take(ctx, x.cl, snapshot.Request{
 		Name: t.Spec.Snapshot, Namespace: t.Namespace, Cluster: t.Spec.Cluster, Rollout: t.Namespace + "/" + t.Spec.Rollout,
