@@ -15,7 +15,6 @@
 package fleet
 
 import (
-	"bufio"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -298,25 +297,13 @@ func cpuBreakdown(before, after map[string]float64) string {
 	return strings.Join(parts, ", ")
 }
 
-// memOf reads a process's VmRSS and RssAnon.
+// memOf reads a process's VmRSS and RssAnon (0 once it is gone).
 func memOf(pid int) (rss, anon int64) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	m, err := testbed.ReadMemory(testbed.ProcessRecord{Name: "controller", PID: pid})
 	if err != nil {
 		return 0, 0
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		name, v, _ := strings.Cut(sc.Text(), ":")
-		kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-		switch name {
-		case "VmRSS":
-			rss = kb << 10
-		case "RssAnon":
-			anon = kb << 10
-		}
-	}
-	return rss, anon
+	return m.RSS, m.Anon
 }
 
 // cpuSeconds returns the CPU time the controller used so far.
@@ -615,12 +602,6 @@ func BenchmarkFleet(b *testing.B) {
 	w.until(b, 10*time.Minute, "mysql-a", phaseIs("mysql-a", v1alpha1.RolloutSucceeded))
 	install := w.span(names[1:], v1alpha1.PathUpgrade)
 
-	// The background: what the idle fleet costs, before (a).
-	idleBefore, idleStart := cpuTimes(p), time.Now()
-	time.Sleep(5 * time.Second) // a measurement window, not a wait for a condition
-	idle := cpuBreakdown(idleBefore, cpuTimes(p))
-	idleFor := time.Since(idleStart)
-
 	// (a) The upgrade: the canary wave, then the fleet wave.
 	_, _ = p.resetPeak()
 	reqBefore, memberBefore := p.requests(b)
@@ -667,7 +648,6 @@ func BenchmarkFleet(b *testing.B) {
 	fmt.Printf("    during (a), %.1f s of wall time: the machine's %d cores were %.0f%% busy; the controller used %.1f CPU seconds (%.0f%% of the machine's busy time), the %d simulated clusters (API servers, etcd, controllers, kwok) the rest\n",
 		wallA.Seconds(), runtime.NumCPU(), 100*busyA/(wallA.Seconds()*float64(runtime.NumCPU())), cpuA, 100*cpuA/busyA, members)
 	fmt.Printf("    CPU seconds during (a) by process: %s\n", breakdownA)
-	fmt.Printf("    (the idle fleet, for comparison, over %.1f s before (a): %s)\n", idleFor.Seconds(), idle)
 	fmt.Printf("(b) RollbackAll of %d clusters: %s from the failed gate to all restored and healthy (the restores alone: %s); one cluster's rollback, measured the same way: %s (its restore alone: %s); ratio %.2f (target <= 2)\n",
 		members, fromGate.Round(10*time.Millisecond), all.Round(10*time.Millisecond), oneRollback.Round(10*time.Millisecond), oneRestore.Round(10*time.Millisecond), fromGate.Seconds()/oneRollback.Seconds())
 	fmt.Printf("    CPU seconds during (b)'s restores by process: %s\n", breakdownB)

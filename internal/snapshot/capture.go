@@ -351,16 +351,10 @@ func (c *capturer) listBatches(ctx context.Context, gvr schema.GroupVersionResou
 
 // listAll LISTs gvr in all namespaces page by page and hands each object to item.
 func (c *capturer) listAll(ctx context.Context, gvr schema.GroupVersionResource, item func(*unstructured.Unstructured) error) error {
-	cont := ""
-	for {
-		next, err := c.listPage(ctx, gvr, cont, item)
-		if err != nil {
-			return fmt.Errorf("listing %s: %w", gvr.GroupResource(), err)
-		}
-		if cont = next; cont == "" {
-			return nil
-		}
+	if err := EachObject(ctx, c.rc, gvr, c.o.PageSize, item); err != nil {
+		return fmt.Errorf("listing %s: %w", gvr.GroupResource(), err)
 	}
+	return nil
 }
 
 // listPage reads one page of gvr (the request the dynamic client's List sends), decoding its
@@ -391,20 +385,10 @@ func listPage(ctx context.Context, rc rest.Interface, gvr schema.GroupVersionRes
 // objects a request, and hands each object to item as it is decoded: no page is held in
 // memory. An error from item ends the listing and is returned as is.
 func EachObject(ctx context.Context, rc rest.Interface, gvr schema.GroupVersionResource, pageSize int64, item func(*unstructured.Unstructured) error) error {
-	var itemErr error
 	cont := ""
 	for {
-		next, err := listPage(ctx, rc, gvr, pageSize, cont, func(u *unstructured.Unstructured) error {
-			if err := item(u); err != nil {
-				itemErr = err
-				return err
-			}
-			return nil
-		})
-		switch {
-		case itemErr != nil:
-			return itemErr
-		case err != nil:
+		next, err := listPage(ctx, rc, gvr, pageSize, cont, item)
+		if err != nil {
 			return err
 		}
 		if cont = next; cont == "" {

@@ -99,13 +99,7 @@ func startManager(t *testing.T, ns string, crashAt func(cluster, step string) bo
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = mgr.Start(ctx); close(done) }()
-	var once sync.Once
-	stop = func() { once.Do(func() { cancel(); <-done }) }
-	t.Cleanup(stop)
-	return stop
+	return testenv.RunManager(t, mgr)
 }
 
 // operatorImage is a digest-pinned image for a release version.

@@ -76,15 +76,7 @@ func setup(t *testing.T) client.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("the controller stopped with an error: %v", err)
-		}
-	})
+	testenv.RunManager(t, mgr)
 	return hubC
 }
 
