@@ -3,17 +3,22 @@
 package controller
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/controller/target"
@@ -94,5 +99,142 @@ func TestTargetSnapshotStepUsesTheSnapshotStore(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(folder, f)); err != nil {
 			t.Fatalf("the store lacks %s: %v", f, err)
 		}
+	}
+}
+
+// A target puts on record, before it runs, only the steps a crash must resume at: not the
+// quick idempotent ones (the apply stages after the CRDs, Record), which a restarted controller
+// redoes from the journaled step before them. An upgrade writes its status about half as often.
+func TestTargetJournalsOnlyTheStepsItMustResumeAt(t *testing.T) {
+	c := testenv.HubClient(t, env.Hub.RESTConfig())
+	ns := testenv.Namespace(t, env.Hub.RESTConfig())
+	ctx := t.Context()
+	registerMember(t, c, ns)
+	// A CRD and the operator's Deployment (which never becomes available here: this member
+	// runs no controllers, so the target stops at its health gate).
+	if err := testfixture.CreateRelease(ctx, c, t.TempDir(), ns, "journal-v1", "1.0.0", ""); err != nil {
+		t.Fatal(err)
+	}
+	// Every status write, by the step it records.
+	var mu sync.Mutex
+	var written []string
+	base, err := client.NewWithWatch(env.Hub.RESTConfig(), client.Options{Scheme: c.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counting := interceptor.NewClient(base, interceptor.Funcs{
+		SubResourcePatch: func(ctx context.Context, cl client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			if rt, ok := obj.(*v1alpha1.RolloutTarget); ok && sub == "status" {
+				mu.Lock()
+				written = append(written, rt.Status.Step)
+				mu.Unlock()
+			}
+			return cl.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+	})
+	r := &target.Reconciler{Client: counting, Hub: c, Members: &member.Cache{Hub: c}, Releases: &release.Cache{}}
+	rt := &v1alpha1.RolloutTarget{ObjectMeta: metav1.ObjectMeta{Name: "journal", Namespace: ns}, Spec: v1alpha1.RolloutTargetSpec{
+		Rollout: "journal", Cluster: "member1", Revision: 1, Path: v1alpha1.PathUpgrade, ToRelease: "journal-v1", Snapshot: "journal-member1-r1",
+		Operator: "mysql-operator", InstallNamespace: "journal-system", Start: true,
+	}}
+	if err := c.Create(ctx, rt); err != nil {
+		t.Fatal(err)
+	}
+	// One reconcile runs every step up to the health gate, which then waits.
+	res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(rt)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(rt), rt); err != nil {
+		t.Fatal(err)
+	}
+	if rt.Status.Step != target.StepHealthGate || res.RequeueAfter <= 0 || !strings.Contains(rt.Status.Message, "waiting for health") {
+		t.Fatalf("want the target waiting at its health gate, got %+v (requeue %s)", rt.Status, res.RequeueAfter)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, s := range []string{target.StepPrecheck, target.StepSnapshot, target.StepApplyCRDs, target.StepHealthGate} {
+		if !slices.Contains(written, s) {
+			t.Errorf("step %s was not put on record before it ran; status writes: %v", s, written)
+		}
+	}
+	for _, s := range written {
+		if !target.Journaled(s) {
+			t.Errorf("the quick idempotent step %s was written on its own; status writes: %v", s, written)
+		}
+	}
+	// Precheck, Snapshot, ApplyCRDs, HealthGate, and the gate's waiting message.
+	if len(written) > 5 {
+		t.Errorf("%d status writes up to the health gate, want at most 5: %v", len(written), written)
+	}
+}
+
+// A restore waiting for the --restore-memory budget reads its Snapshot from the hub once, not
+// at every try, and is woken when the memory it waits for is given back.
+func TestTargetWaitingForMemoryAsksWithoutReadingTheHub(t *testing.T) {
+	c := testenv.HubClient(t, env.Hub.RESTConfig())
+	ns := testenv.Namespace(t, env.Hub.RESTConfig())
+	ctx := t.Context()
+	registerMember(t, c, ns)
+	snap := &v1alpha1.Snapshot{ObjectMeta: metav1.ObjectMeta{Name: "waiting-member1-r1", Namespace: ns},
+		Spec: v1alpha1.SnapshotSpec{Cluster: "member1", Operator: "mysql-operator"}}
+	if err := c.Create(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	snap.Status.Bytes = 50
+	if err := c.Status().Update(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	snapshotReads := 0
+	base, err := client.NewWithWatch(env.Hub.RESTConfig(), client.Options{Scheme: c.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hub := interceptor.NewClient(base, interceptor.Funcs{
+		Get: func(ctx context.Context, cl client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*v1alpha1.Snapshot); ok {
+				mu.Lock()
+				snapshotReads++
+				mu.Unlock()
+			}
+			return cl.Get(ctx, key, obj, opts...)
+		},
+	})
+	budget := target.NewMemoryBudget(100)
+	giveHolder, _ := budget.TryTake(types.NamespacedName{Namespace: ns, Name: "holder"}, "other", 100)
+	r := &target.Reconciler{Client: c, Hub: hub, Members: &member.Cache{Hub: c}, Releases: &release.Cache{}, Restores: budget}
+	rt := &v1alpha1.RolloutTarget{ObjectMeta: metav1.ObjectMeta{Name: "waiting", Namespace: ns}, Spec: v1alpha1.RolloutTargetSpec{
+		Rollout: "waiting", Cluster: "member1", Revision: 1, Path: v1alpha1.PathRestore, ToRelease: "mysql-a", Snapshot: snap.Name,
+		Operator: "mysql-operator", InstallNamespace: "mysql-system", Start: true,
+	}}
+	if err := c.Create(ctx, rt); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(rt)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(rt), rt); err != nil {
+			t.Fatal(err)
+		}
+		if res.RequeueAfter <= 0 || rt.Status.Step != target.StepRestore || !strings.Contains(rt.Status.Message, "waiting for memory") {
+			t.Fatalf("want the restore waiting for memory, got %+v (requeue %s)", rt.Status, res.RequeueAfter)
+		}
+	}
+	mu.Lock()
+	if snapshotReads != 1 {
+		t.Errorf("the waiting restore read its Snapshot %d times in 3 tries, want once", snapshotReads)
+	}
+	mu.Unlock()
+	giveHolder()
+	select {
+	case ev := <-budget.Wakeups():
+		if ev.Object.GetName() != rt.Name || ev.Object.GetNamespace() != ns {
+			t.Fatalf("woke %s/%s, want %s/%s", ev.Object.GetNamespace(), ev.Object.GetName(), ns, rt.Name)
+		}
+	default:
+		t.Fatal("the waiting restore was not woken when the memory was given back")
 	}
 }

@@ -93,9 +93,14 @@ func hub(t *testing.T) client.Client {
 // (enabled in the test's hub namespace ns): the suite never runs the controller as cluster-admin.
 func startManager(t *testing.T, ns string, crashAt func(cluster, step string) bool) (stop func()) {
 	t.Helper()
-	mgr, err := controller.NewManager(testenv.ControllerConfig(t, env.Hub, ns), controller.Options{
-		MetricsAddr: "0", ProbeAddr: "0", SkipNameValidation: true, CrashAt: crashAt, GatePoll: 300 * time.Millisecond,
-	})
+	return startManagerWith(t, ns, controller.Options{CrashAt: crashAt})
+}
+
+// startManagerWith runs a manager with options o (and the suite's addresses and gate poll).
+func startManagerWith(t *testing.T, ns string, o controller.Options) (stop func()) {
+	t.Helper()
+	o.MetricsAddr, o.ProbeAddr, o.SkipNameValidation, o.GatePoll = "0", "0", true, 300*time.Millisecond
+	mgr, err := controller.NewManager(testenv.ControllerConfig(t, env.Hub, ns), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -427,7 +432,9 @@ func TestUpgradeThenManualRollback(t *testing.T) {
 
 func TestWave2FailsRollsBackWave1Too(t *testing.T) {
 	f := newFleet(t, waves2())
-	startManager(t, f.ns, nil)
+	// A restore memory budget of one byte: the two restores take turns, the second woken
+	// when the first gives the memory back.
+	startManagerWith(t, f.ns, controller.Options{RestoreMemory: 1})
 	f.waitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
 	f.populate()
 	// member2's node is marked, so mysql-b-picky's operator never schedules there only.

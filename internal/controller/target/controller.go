@@ -1,7 +1,7 @@
 // Package target executes one member cluster's part of a Rollout: the RolloutTarget's state
 // machine (precheck, snapshot, staged apply, health gate, record; or restore, apply, health
-// gate, record), one step per file, journaled in the target's status before each step runs,
-// so that a restarted controller resumes. Many targets run at once, each on its own worker:
+// gate, record), one step per file, journaled in the target's status before each step that is
+// not quick and idempotent runs (see Journaled), so that a restarted controller resumes. Many targets run at once, each on its own worker:
 // no cluster waits for another.
 package target
 
@@ -22,7 +22,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/member"
@@ -80,10 +82,13 @@ func (r *Reconciler) gatePoll() time.Duration {
 // +kubebuilder:rbac:groups=rewind.dev,resources=rollouttargets/status,verbs=get;update;patch
 
 // Reconcile runs a target's steps until one must wait (a health gate polling, a backoff) or
-// the target is done. Its status is patched before every step.
+// the target is done. Its status is patched before every journaled step and at the end.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	t := &v1alpha1.RolloutTarget{}
 	if err := r.Client.Get(ctx, req.NamespacedName, t); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.Restores.Forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	x := &execution{r: r, t: t, base: t.DeepCopy()}
@@ -134,9 +139,12 @@ func (r *Reconciler) reconcile(ctx context.Context, x *execution) (ctrl.Result, 
 			r.finish(x)
 			return ctrl.Result{}, nil
 		}
-		// The step is on record before it runs: a crash resumes it.
-		if err := x.patch(ctx); err != nil {
-			return ctrl.Result{}, err
+		// A journaled step is on record before it runs: a crash resumes it. An unjournaled one
+		// is resumed from the journaled step before it (all are idempotent).
+		if Journaled(st.Step) {
+			if err := x.patch(ctx); err != nil {
+				return ctrl.Result{}, err
+			}
 		}
 		if r.CrashAt != nil && r.CrashAt(t.Spec.Cluster, st.Step) {
 			return ctrl.Result{}, ErrCrash
@@ -389,8 +397,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if workers <= 0 {
 		workers = 32
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.RolloutTarget{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
-		Complete(r)
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers})
+	if r.Restores != nil {
+		// Restores waiting for memory are woken when their turn may have come.
+		b = b.WatchesRawSource(source.Channel(r.Restores.Wakeups(), &handler.EnqueueRequestForObject{}))
+	}
+	return b.Complete(r)
 }

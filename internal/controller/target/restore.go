@@ -23,21 +23,38 @@ type restoreSnapshot struct{}
 
 func (restoreSnapshot) run(ctx context.Context, x *execution) (time.Duration, error) {
 	t := x.t
+	key := client.ObjectKeyFromObject(t)
 	snap := &v1alpha1.Snapshot{}
-	if err := x.r.Hub.Get(ctx, client.ObjectKey{Namespace: t.Namespace, Name: t.Spec.Snapshot}, snap); err != nil {
-		if apierrors.IsNotFound(err) {
-			return 0, terminalf("snapshot %s to restore: %v", t.Spec.Snapshot, err)
+	get := func() error {
+		if err := x.r.Hub.Get(ctx, client.ObjectKey{Namespace: t.Namespace, Name: t.Spec.Snapshot}, snap); err != nil {
+			if apierrors.IsNotFound(err) {
+				return terminalf("snapshot %s to restore: %v", t.Spec.Snapshot, err)
+			}
+			return fmt.Errorf("reading snapshot %s to restore: %w", t.Spec.Snapshot, err) // tried again with backoff
 		}
-		return 0, fmt.Errorf("reading snapshot %s to restore: %w", t.Spec.Snapshot, err) // tried again with backoff
+		return nil
 	}
-	// The snapshot's content is in memory while the restore runs: wait while other restores
-	// hold the memory budget.
-	give, ok := x.r.Restores.TryTake(snap.Status.Bytes)
+	// The snapshot's content is in memory while the restore runs: wait in line while other
+	// restores hold the memory budget. A target already in line asks with the size it gave,
+	// without reading the snapshot again.
+	n, waiting := x.r.Restores.Waiting(key, t.Spec.Snapshot)
+	if !waiting {
+		if err := get(); err != nil {
+			return 0, err
+		}
+		n = snap.Status.Bytes
+	}
+	give, ok := x.r.Restores.TryTake(key, t.Spec.Snapshot, n)
 	if !ok {
 		t.Status.Message = fmt.Sprintf("waiting for memory: other restores hold the controller's --restore-memory budget (%s)", x.r.Restores)
 		return budgetPoll, nil
 	}
 	defer give()
+	if waiting {
+		if err := get(); err != nil {
+			return 0, err
+		}
+	}
 	hdr, entries, err := x.hub().Load(ctx, snap)
 	if err != nil {
 		return 0, terminalf("snapshot %s cannot be restored: %v", t.Spec.Snapshot, err)
@@ -63,8 +80,9 @@ func (restoreSnapshot) run(ctx context.Context, x *execution) (time.Duration, er
 	return 0, err
 }
 
-// budgetPoll is how often a restore waiting for the memory budget tries again.
-const budgetPoll = 250 * time.Millisecond
+// budgetPoll is how often a restore waiting for the memory budget asks again if no wake-up
+// came (MemoryBudget.Wakeups wakes it when its turn may have come).
+const budgetPoll = 2 * time.Second
 
 // statusJournal keeps a restore's journal in the target's status.
 type statusJournal struct{ x *execution }

@@ -35,6 +35,20 @@ var (
 	RestoreSteps = []string{StepRestore, StepApplyRelease, StepHealthGate, StepRecord, StepDone}
 )
 
+// unjournaled are the steps not put on record before they run: each is quick, idempotent and
+// follows a journaled step with nothing expensive between, so a crash at one resumes from that
+// journaled step (ApplyCRDs for the later apply stages, HealthGate for Record) and redoes only
+// idempotent writes. Every other step is patched into the target's status before it runs; a
+// step's failure is always recorded. This halves the status patches of an upgrade, the hub
+// API server's main cost in a fleet wave.
+var unjournaled = map[string]bool{
+	StepApplyRBAC: true, StepApplyConfig: true, StepApplyWebhooks: true, StepApplyWorkloads: true,
+	StepApplyOthers: true, StepRecord: true,
+}
+
+// Journaled says whether a step is put on record in the target's status before it runs.
+func Journaled(step string) bool { return !unjournaled[step] }
+
 // step is one idempotent action of a target's state machine. Each lives in its own file.
 type step interface {
 	// run does the step once. A positive wait means "not done yet: run again after wait".
