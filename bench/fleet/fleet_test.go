@@ -115,7 +115,9 @@ func freePort(b *testing.B) int {
 func startController(b *testing.B) *controllerProcess {
 	b.Helper()
 	bin := filepath.Join(b.TempDir(), "rewind-controller")
-	build := exec.Command("go", "build", "-o", bin, "github.com/rewind-dev/rewind/cmd/rewind-controller")
+	// Built as `make image` builds it (static, stripped).
+	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "github.com/rewind-dev/rewind/cmd/rewind-controller")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		b.Fatalf("building rewind-controller: %v\n%s", err, out)
 	}

@@ -8,8 +8,12 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -118,6 +122,57 @@ func (r *restorer) eachLive(ctx context.Context, gvr schema.GroupVersionResource
 	return err == nil, err
 }
 
+// maxNamespaceLists bounds the namespaces a kind is listed in one by one; a kind whose snapshot
+// objects live in more is listed in all namespaces at once.
+const maxNamespaceLists = 16
+
+// namespacesOf returns the namespaces of keys ("namespace/name"), or nil (list all
+// namespaces) when one is cluster-scoped ("/name") or they are more than maxNamespaceLists.
+func namespacesOf(keys map[string][]int) []string {
+	seen := map[string]bool{}
+	for k := range keys {
+		ns, _, _ := strings.Cut(k, "/")
+		if ns == "" {
+			return nil
+		}
+		if seen[ns] = true; len(seen) > maxNamespaceLists {
+			return nil
+		}
+	}
+	return slices.Sorted(maps.Keys(seen))
+}
+
+// eachLiveIn is eachLive in the namespaces given (nil: all namespaces). Only the objects a
+// snapshot holds are compared, so the namespaces its objects live in are all a restore needs to
+// read: a kind such as Secret is not read in the whole cluster. The namespaces are listed at
+// once; fn is called by one of them at a time.
+func (r *restorer) eachLiveIn(ctx context.Context, gvr schema.GroupVersionResource, namespaces []string, fn func(*unstructured.Unstructured) bool) (bool, error) {
+	if len(namespaces) == 0 {
+		return r.eachLive(ctx, gvr, fn)
+	}
+	var mu sync.Mutex
+	stopped := false
+	g, gctx := errgroup.WithContext(ctx)
+	for _, ns := range namespaces {
+		g.Go(func() error {
+			return snapshot.EachObjectIn(gctx, r.cl.Lists, gvr, ns, 500, func(u *unstructured.Unstructured) error {
+				mu.Lock()
+				defer mu.Unlock()
+				if stopped || !fn(u) {
+					stopped = true
+					return errEnough
+				}
+				return nil
+			})
+		})
+	}
+	err := g.Wait()
+	if stopped {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // errEnough stops a paged LIST early.
 var errEnough = errors.New("enough")
 
@@ -195,7 +250,11 @@ func (r *restorer) alreadyRestored(ctx context.Context) (bool, error) {
 	}
 	for _, gvr := range order {
 		found := 0
-		same, err := r.eachLive(ctx, gvr, func(l *unstructured.Unstructured) bool {
+		keys := map[string][]int{}
+		for k := range want[gvr] {
+			keys[k] = nil
+		}
+		same, err := r.eachLiveIn(ctx, gvr, namespacesOf(keys), func(l *unstructured.Unstructured) bool {
 			s := want[gvr][nsName(l)]
 			if s == nil {
 				return true
@@ -637,7 +696,7 @@ func (r *restorer) restoreEntries(ctx context.Context, entries []snapshot.Entry)
 	}
 	for _, gvr := range kinds {
 		keys := byKey[gvr]
-		_, err := r.eachLive(ctx, gvr, func(l *unstructured.Unstructured) bool {
+		_, err := r.eachLiveIn(ctx, gvr, namespacesOf(keys), func(l *unstructured.Unstructured) bool {
 			idx := keys[nsName(l)]
 			if len(idx) == 0 {
 				return true

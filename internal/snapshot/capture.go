@@ -360,15 +360,20 @@ func (c *capturer) listAll(ctx context.Context, gvr schema.GroupVersionResource,
 // listPage reads one page of gvr (the request the dynamic client's List sends), decoding its
 // objects as they arrive, and returns the continue token.
 func (c *capturer) listPage(ctx context.Context, gvr schema.GroupVersionResource, cont string, item func(*unstructured.Unstructured) error) (string, error) {
-	return listPage(ctx, c.rc, gvr, c.o.PageSize, cont, item)
+	return listPage(ctx, c.rc, gvr, "", c.o.PageSize, cont, item)
 }
 
-func listPage(ctx context.Context, rc rest.Interface, gvr schema.GroupVersionResource, pageSize int64, cont string, item func(*unstructured.Unstructured) error) (string, error) {
+// listPage reads one page of gvr in namespace ("": all namespaces).
+func listPage(ctx context.Context, rc rest.Interface, gvr schema.GroupVersionResource, namespace string, pageSize int64, cont string, item func(*unstructured.Unstructured) error) (string, error) {
 	path := []string{"api"}
 	if gvr.Group != "" {
 		path = []string{"apis", gvr.Group}
 	}
-	path = append(path, gvr.Version, gvr.Resource)
+	path = append(path, gvr.Version)
+	if namespace != "" {
+		path = append(path, "namespaces", namespace)
+	}
+	path = append(path, gvr.Resource)
 	req := rc.Get().AbsPath(path...).Param("limit", strconv.FormatInt(pageSize, 10))
 	if cont != "" {
 		req = req.Param("continue", cont)
@@ -385,9 +390,14 @@ func listPage(ctx context.Context, rc rest.Interface, gvr schema.GroupVersionRes
 // objects a request, and hands each object to item as it is decoded: no page is held in
 // memory. An error from item ends the listing and is returned as is.
 func EachObject(ctx context.Context, rc rest.Interface, gvr schema.GroupVersionResource, pageSize int64, item func(*unstructured.Unstructured) error) error {
+	return EachObjectIn(ctx, rc, gvr, "", pageSize, item)
+}
+
+// EachObjectIn is EachObject in one namespace ("": all namespaces).
+func EachObjectIn(ctx context.Context, rc rest.Interface, gvr schema.GroupVersionResource, namespace string, pageSize int64, item func(*unstructured.Unstructured) error) error {
 	cont := ""
 	for {
-		next, err := listPage(ctx, rc, gvr, pageSize, cont, item)
+		next, err := listPage(ctx, rc, gvr, namespace, pageSize, cont, item)
 		if err != nil {
 			return err
 		}
