@@ -134,7 +134,14 @@ func Objects(ctx context.Context, cl *member.Cluster, objs []*unstructured.Unstr
 	if err != nil {
 		return nil, err
 	}
-	if o.Namespace != "" && !slices.ContainsFunc(byStage[StageNamespaces], func(u *unstructured.Unstructured) bool { return u.GetName() == o.Namespace }) {
+	selected := func(st Stage) bool { return len(o.Stages) == 0 || slices.Contains(o.Stages, st) }
+	// The install namespace is created first if an object to apply lives in it and the
+	// release does not define it (then the namespaces stage applies it, before the others).
+	needsNamespace := false
+	for st, list := range byStage {
+		needsNamespace = needsNamespace || selected(st) && slices.ContainsFunc(list, func(u *unstructured.Unstructured) bool { return u.GetNamespace() == o.Namespace })
+	}
+	if o.Namespace != "" && needsNamespace && !slices.ContainsFunc(byStage[StageNamespaces], func(u *unstructured.Unstructured) bool { return u.GetName() == o.Namespace }) {
 		if err := member.EnsureNamespace(ctx, cl.Client, o.Namespace); err != nil {
 			return nil, err
 		}
@@ -142,7 +149,7 @@ func Objects(ctx context.Context, cl *member.Cluster, objs []*unstructured.Unstr
 	var applied []*unstructured.Unstructured
 	for _, st := range Stages {
 		list := byStage[st]
-		if (len(o.Stages) > 0 && !slices.Contains(o.Stages, st)) || len(list) == 0 {
+		if !selected(st) || len(list) == 0 {
 			continue
 		}
 		for _, u := range list {
