@@ -111,8 +111,21 @@ func TestTargetJournalsOnlyTheStepsItMustResumeAt(t *testing.T) {
 	ctx := t.Context()
 	registerMember(t, c, ns)
 	// A CRD and the operator's Deployment (which never becomes available here: this member
-	// runs no controllers, so the target stops at its health gate).
-	if err := testfixture.CreateRelease(ctx, c, t.TempDir(), ns, "journal-v1", "1.0.0", ""); err != nil {
+	// runs no controllers, so the target stops at its health gate). The operator's name is
+	// its own: the member's record of another test's operator does not stop this one.
+	image := testfixture.OperatorImage("1.0.0")
+	dep := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "apps/v1", "kind": "Deployment",
+		"metadata": map[string]any{"name": "journal-operator"},
+		"spec": map[string]any{"selector": map[string]any{"matchLabels": map[string]any{"app": "journal"}},
+			"template": map[string]any{"metadata": map[string]any{"labels": map[string]any{"app": "journal"}},
+				"spec": map[string]any{"containers": []any{map[string]any{"name": "manager", "image": image}}}}}}}
+	canonical, err := release.Canonical([]*unstructured.Unstructured{testfixture.MySQLCRD(), dep})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := release.Create(ctx, c, &v1alpha1.OperatorRelease{ObjectMeta: metav1.ObjectMeta{Name: "journal-v1", Namespace: ns}, Spec: v1alpha1.OperatorReleaseSpec{
+		Operator: "journal-operator", Version: "1.0.0", GitCommit: testfixture.GitCommit, Image: image, Format: v1alpha1.FormatManifests, Digest: release.Digest(canonical),
+	}}, canonical); err != nil {
 		t.Fatal(err)
 	}
 	// Every status write, by the step it records.
@@ -135,7 +148,7 @@ func TestTargetJournalsOnlyTheStepsItMustResumeAt(t *testing.T) {
 	r := &target.Reconciler{Client: counting, Hub: c, Members: &member.Cache{Hub: c}, Releases: &release.Cache{}}
 	rt := &v1alpha1.RolloutTarget{ObjectMeta: metav1.ObjectMeta{Name: "journal", Namespace: ns}, Spec: v1alpha1.RolloutTargetSpec{
 		Rollout: "journal", Cluster: "member1", Revision: 1, Path: v1alpha1.PathUpgrade, ToRelease: "journal-v1", Snapshot: "journal-member1-r1",
-		Operator: "mysql-operator", InstallNamespace: "journal-system", Start: true,
+		Operator: "journal-operator", InstallNamespace: "journal-system", Start: true,
 	}}
 	if err := c.Create(ctx, rt); err != nil {
 		t.Fatal(err)

@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -17,6 +19,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -114,7 +117,8 @@ func Capture(ctx context.Context, cl *member.Cluster, o Options, w io.Writer) (*
 	if err := enc.line(res.Header); err != nil {
 		return nil, err
 	}
-	c := &capturer{cl: cl, dyn: cl.Dynamic, rc: cl.Lists, o: o, enc: enc, res: res, chains: newChainIndex(o.SpoolDir, 0), written: map[types.UID]struct{}{}}
+	c := &capturer{cl: cl, dyn: cl.Dynamic, rc: cl.Lists, o: o, enc: enc, res: res, chains: newChainIndex(o.SpoolDir, 0), written: map[types.UID]struct{}{},
+		crNamespaces: map[string]struct{}{}}
 	defer c.chains.close()
 
 	// 1. The release's CRDs, as they are live (storedVersions included).
@@ -122,30 +126,13 @@ func Capture(ctx context.Context, cl *member.Cluster, o Options, w io.Writer) (*
 	if err != nil {
 		return nil, err
 	}
-	// 2. Every CR of those CRDs, while the candidate children are listed and spooled
-	// concurrently (the spool does not depend on the CRs; reachability is decided after).
-	spoolCtx, cancelSpool := context.WithCancel(ctx)
-	defer cancelSpool()
-	spoolDone := make(chan error, 1)
-	var sp *spool
-	go func() {
-		var err error
-		sp, err = c.spoolCandidates(spoolCtx)
-		spoolDone <- err
-	}()
-	crErr := c.captureCRs(ctx, crds)
-	if crErr != nil {
-		cancelSpool()
-	}
-	spoolErr := <-spoolDone
+	// 2. Every CR of those CRDs, and the candidate children (reachability is decided after).
+	sp, err := c.crsAndCandidates(ctx, crds)
 	if sp != nil {
 		defer sp.close()
 	}
-	if crErr != nil {
-		return nil, crErr
-	}
-	if spoolErr != nil {
-		return nil, spoolErr
+	if err != nil {
+		return nil, err
 	}
 	// 3. Associated: the release's own objects, then the CRs' children.
 	if err := c.captureManifestObjects(ctx); err != nil {
@@ -184,6 +171,9 @@ type capturer struct {
 	// written holds the UIDs of the CRDs and manifest objects written (a few); the CRs' are
 	// in chains.
 	written map[types.UID]struct{}
+	// crNamespaces holds the namespaces of the CRs captured.
+	nsMu         sync.Mutex
+	crNamespaces map[string]struct{}
 }
 
 var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
@@ -204,8 +194,9 @@ func (c *capturer) write(section string, obj *unstructured.Unstructured) error {
 
 // crdInfo is what the capture needs of a live CRD.
 type crdInfo struct {
-	name string
-	gvr  schema.GroupVersionResource
+	name       string
+	gvr        schema.GroupVersionResource
+	namespaced bool
 }
 
 func (c *capturer) captureCRDs(ctx context.Context) ([]crdInfo, error) {
@@ -234,7 +225,8 @@ func (c *capturer) captureCRDs(ctx context.Context) ([]crdInfo, error) {
 		if err := c.write(SectionCRD, crd); err != nil {
 			return nil, err
 		}
-		out = append(out, crdInfo{name: n, gvr: schema.GroupVersionResource{Group: group, Version: storage, Resource: plural}})
+		scope, _, _ := unstructured.NestedString(crd.Object, "spec", "scope")
+		out = append(out, crdInfo{name: n, gvr: schema.GroupVersionResource{Group: group, Version: storage, Resource: plural}, namespaced: scope == "Namespaced"})
 	}
 	return out, nil
 }
@@ -567,6 +559,9 @@ func (c *capturer) captureCRs(ctx context.Context, crds []crdInfo) error {
 	}
 	item := func(obj *unstructured.Unstructured, b *batch) error {
 		b.keys = append(b.keys, c.chains.keys.key(obj.GetUID()))
+		c.nsMu.Lock()
+		c.crNamespaces[obj.GetNamespace()] = struct{}{}
+		c.nsMu.Unlock()
 		return b.entry(SectionCR, obj)
 	}
 	return c.orderedLists(ctx, gvrs, item, func(b *batch) error {
@@ -673,10 +668,77 @@ func (s *spool) close() {
 	}
 }
 
-// spoolCandidates lists the owned kinds (at most Parallelism at once) and spools every object
-// that has an ownerReference. Each kind streams into its own file, so nothing waits in memory
-// for another kind.
-func (c *capturer) spoolCandidates(ctx context.Context) (*spool, error) {
+// maxSpoolNamespaces bounds the namespaces the owned kinds are listed in one by one; with CRs
+// in more, they are listed in all namespaces at once.
+const maxSpoolNamespaces = 8
+
+// crsAndCandidates captures the CRs and spools the candidate children. The children of a
+// namespaced CR live in its namespace (an ownerReference does not cross namespaces), and so do
+// theirs: when every CRD and every owned kind is namespaced, the CRs are captured first and
+// the owned kinds are read only in the namespaces that hold CRs (none at all without CRs), so
+// that a capture does not read every Secret of the cluster. Otherwise the owned kinds are
+// read in all namespaces, while the CRs are captured.
+func (c *capturer) crsAndCandidates(ctx context.Context, crds []crdInfo) (*spool, error) {
+	if c.namespacedOnly(crds) {
+		if err := c.captureCRs(ctx, crds); err != nil {
+			return nil, err
+		}
+		if len(c.crNamespaces) == 0 {
+			return nil, nil // no CR, no child
+		}
+		var namespaces []string
+		if len(c.crNamespaces) <= maxSpoolNamespaces {
+			namespaces = slices.Sorted(maps.Keys(c.crNamespaces))
+		}
+		return c.spoolCandidates(ctx, namespaces)
+	}
+	spoolCtx, cancelSpool := context.WithCancel(ctx)
+	defer cancelSpool()
+	spoolDone := make(chan error, 1)
+	var sp *spool
+	go func() {
+		var err error
+		sp, err = c.spoolCandidates(spoolCtx, nil)
+		spoolDone <- err
+	}()
+	crErr := c.captureCRs(ctx, crds)
+	if crErr != nil {
+		cancelSpool()
+	}
+	spoolErr := <-spoolDone
+	if crErr != nil {
+		return sp, crErr
+	}
+	return sp, spoolErr
+}
+
+// namespacedOnly says whether every CRD and every owned kind is namespaced.
+func (c *capturer) namespacedOnly(crds []crdInfo) bool {
+	for _, crd := range crds {
+		if !crd.namespaced {
+			return false
+		}
+	}
+	m := c.cl.Mapper()
+	for _, gvr := range c.o.OwnedKinds {
+		gvk, err := m.KindFor(gvr)
+		if err != nil {
+			return false
+		}
+		mapping, err := m.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil || mapping.Scope.Name() != meta.RESTScopeNameNamespace {
+			return false
+		}
+	}
+	return true
+}
+
+// spoolCandidates lists the owned kinds (at most Parallelism at once) in namespaces (nil: in
+// all namespaces at once) and spools every object that has an ownerReference. Each kind
+// streams into its own file, so nothing waits in memory for another kind; its namespaces are
+// listed in order, so the file holds the kind's objects in the order one LIST of all
+// namespaces gives.
+func (c *capturer) spoolCandidates(ctx context.Context, namespaces []string) (*spool, error) {
 	sp := &spool{files: make([]*os.File, len(c.o.OwnedKinds))}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(c.o.Parallelism)
@@ -690,7 +752,7 @@ func (c *capturer) spoolCandidates(ctx context.Context) (*spool, error) {
 			bw := bufio.NewWriterSize(f, 64<<10)
 			enc := newLineEncoder(bw)
 			var owners []uidKey
-			err = c.listAll(gctx, gvr, func(obj *unstructured.Unstructured) error {
+			spoolOne := func(obj *unstructured.Unstructured) error {
 				refs := obj.GetOwnerReferences()
 				if len(refs) == 0 {
 					return nil
@@ -705,7 +767,16 @@ func (c *capturer) spoolCandidates(ctx context.Context) (*spool, error) {
 					return err
 				}
 				return c.chains.addCandidate(i, k, owners)
-			})
+			}
+			if namespaces == nil {
+				err = c.listAll(gctx, gvr, spoolOne)
+			}
+			for _, ns := range namespaces {
+				if err = EachObjectIn(gctx, c.rc, gvr, ns, c.o.PageSize, spoolOne); err != nil {
+					err = fmt.Errorf("listing %s in %s: %w", gvr.GroupResource(), ns, err)
+					break
+				}
+			}
 			if err != nil {
 				return err
 			}

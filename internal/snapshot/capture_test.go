@@ -7,7 +7,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/internal/apply"
+	"github.com/rewind-dev/rewind/internal/member"
 	"github.com/rewind-dev/rewind/internal/snapshot"
 	"github.com/rewind-dev/rewind/internal/testbed"
 	"github.com/rewind-dev/rewind/internal/testbed/testenv"
@@ -309,3 +312,73 @@ func runningListers() int {
 	}
 	return bytes.Count(buf, []byte("snapshot.(*capturer).orderedLists"))
 }
+
+// The children of namespaced CRs live in their namespaces: a capture reads the owned kinds
+// only in the namespaces that hold CRs, and not at all when there is no CR, so it does not
+// read every Secret of the cluster.
+func TestCaptureReadsOwnedKindsOnlyWhereCRsAre(t *testing.T) {
+	mysqlFixture(t)
+	var mu sync.Mutex
+	var full []string // paths of full (not metadata-only) reads
+	cfg := env.Members[0].RESTConfig()
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			if req.Method == http.MethodGet && !strings.Contains(req.Header.Get("Accept"), "PartialObjectMetadata") {
+				mu.Lock()
+				full = append(full, req.URL.Path)
+				mu.Unlock()
+			}
+			return rt.RoundTrip(req)
+		})
+	})
+	cl, err := member.New(env.Members[0].Name, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := snapshot.Capture(t.Context(), cl, captureOpts(), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Counts.CustomResources != 200 || res.Counts.Associated != 800 {
+		t.Fatalf("counts: %+v, want 200 CRs and 800 associated", res.Counts)
+	}
+	mu.Lock()
+	for _, p := range full {
+		if p == "/api/v1/secrets" || p == "/api/v1/configmaps" || p == "/apis/apps/v1/deployments" {
+			t.Errorf("the capture read %s in every namespace; want only the CRs' namespaces %v", p, fixtureNamespaces)
+		}
+	}
+	for _, ns := range fixtureNamespaces {
+		if want := "/api/v1/namespaces/" + ns + "/secrets"; !slices.Contains(full, want) {
+			t.Errorf("the capture never read %s: %v", want, full)
+		}
+	}
+	full = nil
+	mu.Unlock()
+
+	// Without a CR, no child: the owned kinds are not read at all.
+	opts := captureOpts()
+	opts.Manifests = []*unstructured.Unstructured{kindCRD("Unused", false)}
+	if _, err := apply.Objects(t.Context(), cl, opts.Manifests, apply.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Client.Delete(context.Background(), opts.Manifests[0]) })
+	res, err = snapshot.Capture(t.Context(), cl, opts, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, p := range full {
+		if strings.HasSuffix(p, "/secrets") || strings.HasSuffix(p, "/configmaps") || strings.HasSuffix(p, "/statefulsets") {
+			t.Errorf("a capture without CRs read %s", p)
+		}
+	}
+	if res.Counts.CRDs != 1 || res.Counts.CustomResources != 0 || res.Counts.Associated != 0 {
+		t.Errorf("counts: %+v, want the CRD alone", res.Counts)
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
