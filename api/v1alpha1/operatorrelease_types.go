@@ -84,6 +84,7 @@ type HelmRepositorySource struct {
 	// +required
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:XValidation:rule="self.matches('^https?://[^/?#]+')",message="must be an https:// (or http://) URL of a Helm chart repository; for a chart in an OCI registry use spec.source.oci"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*@')",message="must not carry user information (USER:PASSWORD@): credentials do not belong in the spec; put them in a Secret and name it in spec.source.secretRef"
 	URL string `json:"url"`
 	// chart is the chart's name in the repository index.
 	// +required
@@ -110,6 +111,7 @@ type GitSource struct {
 	// +required
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:XValidation:rule="self.matches('^https?://[^/?#]+')",message="must be an https:// (or http://) URL; ssh:// and scp-like (git@host:path) URLs are not supported"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*@')",message="must not carry user information (USER:TOKEN@): credentials do not belong in the spec; put them in a Secret and name it in spec.source.secretRef"
 	URL string `json:"url"`
 	// commit is the full 40-hex commit SHA (a branch or tag would move).
 	// +required

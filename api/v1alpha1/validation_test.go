@@ -116,6 +116,10 @@ func TestReleaseAndRolloutValidation(t *testing.T) {
 			r.Source.Git = &v1alpha1.GitSource{URL: "https://git.example.com/op.git", Commit: commit, Path: "deploy/v1", Kind: v1alpha1.FormatManifests}
 			r.Digest = digest
 		})},
+		{name: "release from a Helm repository with an at sign in its path", obj: sourceRelease(func(r *v1alpha1.OperatorReleaseSpec) {
+			r.Source.OCI = nil
+			r.Source.HelmRepository = &v1alpha1.HelmRepositorySource{URL: "https://charts.example.com/@team/stable", Chart: "op", Version: "0.4.1", Digest: digest}
+		})},
 		{name: "release with prerelease version", obj: rel(func(r *v1alpha1.OperatorReleaseSpec) { r.Version = "2.0.0-rc.1+build.5" })},
 		{name: "rollout with two waves", obj: goodRollout()},
 		{name: "rollout with bake time and gates", obj: ro(func(r *v1alpha1.RolloutSpec) {
@@ -183,6 +187,14 @@ func TestReleaseAndRolloutValidation(t *testing.T) {
 			r.Source.OCI = nil
 			r.Source.HelmRepository = &v1alpha1.HelmRepositorySource{URL: "oci://registry.example.com/charts", Chart: "op", Version: "1.2.0", Digest: digest}
 		}), field: "spec.source.helmRepository.url", message: "use spec.source.oci"},
+		{name: "helm repository url with credentials", obj: sourceRelease(func(r *v1alpha1.OperatorReleaseSpec) {
+			r.Source.OCI = nil
+			r.Source.HelmRepository = &v1alpha1.HelmRepositorySource{URL: "https://robot:s3cret@charts.example.com/stable", Chart: "op", Version: "1.2.0", Digest: digest}
+		}), field: "spec.source.helmRepository.url", message: "name it in spec.source.secretRef"},
+		{name: "git url with a token", obj: sourceRelease(func(r *v1alpha1.OperatorReleaseSpec) {
+			r.Source.OCI = nil
+			r.Source.Git = &v1alpha1.GitSource{URL: "https://oauth2:glpat-xyz@git.example.com/op.git", Commit: commit, Kind: v1alpha1.FormatManifests}
+		}), field: "spec.source.git.url", message: "name it in spec.source.secretRef"},
 		{name: "git short commit", obj: sourceRelease(func(r *v1alpha1.OperatorReleaseSpec) {
 			r.Source.OCI = nil
 			r.Source.Git = &v1alpha1.GitSource{URL: "https://git.example.com/op.git", Commit: commit[:7], Kind: v1alpha1.FormatManifests}
