@@ -68,7 +68,9 @@ func (b *MemoryBudget) TryTake(key types.NamespacedName, snapshot string, n int6
 	w := b.weight(n)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.expire()
+	if b.expire() {
+		b.wakeNext()
+	}
 	i := slices.IndexFunc(b.line, func(x *waiter) bool { return x.key == key })
 	if i >= 0 && b.line[i].snapshot != snapshot {
 		b.line = slices.Delete(b.line, i, i+1) // another snapshot: a new request
@@ -139,7 +141,7 @@ func (b *MemoryBudget) give(w int64) {
 	defer b.mu.Unlock()
 	b.used -= w
 	b.expire()
-	b.wakeNext()
+	b.wakeNext() // memory freed: wake whoever fits now
 }
 
 // wakeNext wakes, in order, the waiters that fit in what is free.
@@ -161,14 +163,13 @@ func (b *MemoryBudget) wakeNext() {
 	}
 }
 
-// expire drops the waiters that stopped asking.
-func (b *MemoryBudget) expire() {
+// expire drops the waiters that stopped asking and says whether it dropped any (those
+// behind them may then fit).
+func (b *MemoryBudget) expire() bool {
 	now := b.now()
 	n := len(b.line)
 	b.line = slices.DeleteFunc(b.line, func(x *waiter) bool { return now.Sub(x.seen) > waiterExpiry })
-	if len(b.line) != n {
-		b.wakeNext()
-	}
+	return len(b.line) != n
 }
 
 // String is the budget as a quantity ("64Mi").
