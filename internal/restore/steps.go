@@ -80,7 +80,7 @@ func (r *restorer) markHeld() {
 // listLive lists every object of gvr (all namespaces), keyed by namespace/name.
 func (r *restorer) listLive(ctx context.Context, gvr schema.GroupVersionResource) (map[string]*unstructured.Unstructured, error) {
 	out := map[string]*unstructured.Unstructured{}
-	_, err := r.eachLive(ctx, gvr, func(u *unstructured.Unstructured) bool {
+	_, err := r.eachLiveIn(ctx, gvr, nil, func(u *unstructured.Unstructured) bool {
 		out[nsName(u)] = u
 		return true
 	})
@@ -106,29 +106,13 @@ func metaObject(m *metav1.PartialObjectMetadata, gvk schema.GroupVersionKind) (*
 	return u, nil
 }
 
-// eachLive pages through every object of gvr (all namespaces) until fn returns false; it
-// reports whether it saw them all.
-// Objects are decoded one at a time as they arrive: no page of them is held in memory.
-func (r *restorer) eachLive(ctx context.Context, gvr schema.GroupVersionResource, fn func(*unstructured.Unstructured) bool) (bool, error) {
-	err := snapshot.EachObject(ctx, r.cl.Lists, gvr, 500, func(u *unstructured.Unstructured) error {
-		if !fn(u) {
-			return errEnough
-		}
-		return nil
-	})
-	if errors.Is(err, errEnough) {
-		return false, nil
-	}
-	return err == nil, err
-}
-
 // maxNamespaceLists bounds the namespaces a kind is listed in one by one; a kind whose snapshot
 // objects live in more is listed in all namespaces at once.
 const maxNamespaceLists = 16
 
 // namespacesOf returns the namespaces of keys ("namespace/name"), or nil (list all
 // namespaces) when one is cluster-scoped ("/name") or they are more than maxNamespaceLists.
-func namespacesOf(keys map[string][]int) []string {
+func namespacesOf[V any](keys map[string]V) []string {
 	seen := map[string]bool{}
 	for k := range keys {
 		ns, _, _ := strings.Cut(k, "/")
@@ -142,13 +126,15 @@ func namespacesOf(keys map[string][]int) []string {
 	return slices.Sorted(maps.Keys(seen))
 }
 
-// eachLiveIn is eachLive in the namespaces given (nil: all namespaces). Only the objects a
-// snapshot holds are compared, so the namespaces its objects live in are all a restore needs to
-// read: a kind such as Secret is not read in the whole cluster. The namespaces are listed at
-// once; fn is called by one of them at a time.
+// eachLiveIn pages through every object of gvr in the namespaces given (nil: all namespaces
+// at once) until fn returns false; it reports whether it saw them all. Objects are decoded one
+// at a time as they arrive: no page of them is held in memory. Only the objects a snapshot
+// holds are compared, so the namespaces its objects live in are all a restore needs to read: a
+// kind such as Secret is not read in the whole cluster. The namespaces are listed at once; fn
+// is called by one of them at a time.
 func (r *restorer) eachLiveIn(ctx context.Context, gvr schema.GroupVersionResource, namespaces []string, fn func(*unstructured.Unstructured) bool) (bool, error) {
 	if len(namespaces) == 0 {
-		return r.eachLive(ctx, gvr, fn)
+		namespaces = []string{""} // "": all namespaces
 	}
 	var mu sync.Mutex
 	stopped := false
@@ -250,11 +236,7 @@ func (r *restorer) alreadyRestored(ctx context.Context) (bool, error) {
 	}
 	for _, gvr := range order {
 		found := 0
-		keys := map[string][]int{}
-		for k := range want[gvr] {
-			keys[k] = nil
-		}
-		same, err := r.eachLiveIn(ctx, gvr, namespacesOf(keys), func(l *unstructured.Unstructured) bool {
+		same, err := r.eachLiveIn(ctx, gvr, namespacesOf(want[gvr]), func(l *unstructured.Unstructured) bool {
 			s := want[gvr][nsName(l)]
 			if s == nil {
 				return true
