@@ -7,10 +7,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,7 +22,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/rewind-dev/rewind/internal/apply"
-	"github.com/rewind-dev/rewind/internal/member"
 	"github.com/rewind-dev/rewind/internal/restore"
 	"github.com/rewind-dev/rewind/internal/snapshot"
 	"github.com/rewind-dev/rewind/internal/testbed"
@@ -426,29 +423,12 @@ func TestRestore(t *testing.T) {
 	// snapshot objects live in, not in the whole cluster (a Secret elsewhere is never read).
 	t.Run("reads a kind only in the namespaces the snapshot holds", func(t *testing.T) {
 		mutate(t, 200)
-		var mu sync.Mutex
-		var full []string // paths of full (not metadata-only) reads
-		cfg := env.Members[0].RESTConfig()
-		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-			return roundTripFunc(func(req *http.Request) (*http.Response, error) {
-				if req.Method == http.MethodGet && !strings.Contains(req.Header.Get("Accept"), "PartialObjectMetadata") {
-					mu.Lock()
-					full = append(full, req.URL.Path)
-					mu.Unlock()
-				}
-				return rt.RoundTrip(req)
-			})
-		})
-		cl, err := member.New(env.Members[0].Name, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		cl, reads := testenv.RecordingMember(t, env.Members[0])
 		if _, err := restore.Run(t.Context(), cl, restore.Options{Header: h, Entries: entries, Current: manifests()}); err != nil {
 			t.Fatal(err)
 		}
 		assertRestored(t, entries)
-		mu.Lock()
-		defer mu.Unlock()
+		full := reads.Paths() // full (not metadata-only) reads
 		for _, p := range full {
 			if p == "/api/v1/secrets" || p == "/api/v1/configmaps" {
 				t.Errorf("the restore read %s in every namespace; want only the snapshot's namespaces %v", p, namespaces)
@@ -502,7 +482,3 @@ func replaceChild(t *testing.T, entries []snapshot.Entry, kind, owner string, mu
 	}
 	return created
 }
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

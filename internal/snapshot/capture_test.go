@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"runtime"
 	"slices"
 	"strings"
@@ -25,7 +24,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/internal/apply"
-	"github.com/rewind-dev/rewind/internal/member"
 	"github.com/rewind-dev/rewind/internal/snapshot"
 	"github.com/rewind-dev/rewind/internal/testbed"
 	"github.com/rewind-dev/rewind/internal/testbed/testenv"
@@ -318,23 +316,7 @@ func runningListers() int {
 // read every Secret of the cluster.
 func TestCaptureReadsOwnedKindsOnlyWhereCRsAre(t *testing.T) {
 	mysqlFixture(t)
-	var mu sync.Mutex
-	var full []string // paths of full (not metadata-only) reads
-	cfg := env.Members[0].RESTConfig()
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
-			if req.Method == http.MethodGet && !strings.Contains(req.Header.Get("Accept"), "PartialObjectMetadata") {
-				mu.Lock()
-				full = append(full, req.URL.Path)
-				mu.Unlock()
-			}
-			return rt.RoundTrip(req)
-		})
-	})
-	cl, err := member.New(env.Members[0].Name, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl, reads := testenv.RecordingMember(t, env.Members[0])
 	res, err := snapshot.Capture(t.Context(), cl, captureOpts(), io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -342,7 +324,7 @@ func TestCaptureReadsOwnedKindsOnlyWhereCRsAre(t *testing.T) {
 	if res.Counts.CustomResources != 200 || res.Counts.Associated != 800 {
 		t.Fatalf("counts: %+v, want 200 CRs and 800 associated", res.Counts)
 	}
-	mu.Lock()
+	full := reads.Paths() // full (not metadata-only) reads
 	for _, p := range full {
 		if p == "/api/v1/secrets" || p == "/api/v1/configmaps" || p == "/apis/apps/v1/deployments" {
 			t.Errorf("the capture read %s in every namespace; want only the CRs' namespaces %v", p, fixtureNamespaces)
@@ -353,8 +335,7 @@ func TestCaptureReadsOwnedKindsOnlyWhereCRsAre(t *testing.T) {
 			t.Errorf("the capture never read %s: %v", want, full)
 		}
 	}
-	full = nil
-	mu.Unlock()
+	reads.Reset()
 
 	// Without a CR, no child: the owned kinds are not read at all.
 	opts := captureOpts()
@@ -367,9 +348,7 @@ func TestCaptureReadsOwnedKindsOnlyWhereCRsAre(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	for _, p := range full {
+	for _, p := range reads.Paths() {
 		if strings.HasSuffix(p, "/secrets") || strings.HasSuffix(p, "/configmaps") || strings.HasSuffix(p, "/statefulsets") {
 			t.Errorf("a capture without CRs read %s", p)
 		}
@@ -378,7 +357,3 @@ func TestCaptureReadsOwnedKindsOnlyWhereCRsAre(t *testing.T) {
 		t.Errorf("counts: %+v, want the CRD alone", res.Counts)
 	}
 }
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
