@@ -137,11 +137,7 @@ func Objects(ctx context.Context, cl *member.Cluster, objs []*unstructured.Unstr
 	selected := func(st Stage) bool { return len(o.Stages) == 0 || slices.Contains(o.Stages, st) }
 	// The install namespace is created first if an object to apply lives in it and the
 	// release does not define it (then the namespaces stage applies it, before the others).
-	needsNamespace := false
-	for st, list := range byStage {
-		needsNamespace = needsNamespace || selected(st) && slices.ContainsFunc(list, func(u *unstructured.Unstructured) bool { return u.GetNamespace() == o.Namespace })
-	}
-	if o.Namespace != "" && needsNamespace && !slices.ContainsFunc(byStage[StageNamespaces], func(u *unstructured.Unstructured) bool { return u.GetName() == o.Namespace }) {
+	if o.Namespace != "" && needsNamespace(byStage, selected, o.Namespace) && !slices.ContainsFunc(byStage[StageNamespaces], func(u *unstructured.Unstructured) bool { return u.GetName() == o.Namespace }) {
 		if err := member.EnsureNamespace(ctx, cl.Client, o.Namespace); err != nil {
 			return nil, err
 		}
@@ -222,4 +218,14 @@ func WaitEstablished(ctx context.Context, c client.Client, crds []*unstructured.
 		}
 	}
 	return nil
+}
+
+// needsNamespace says whether a selected stage has an object in namespace ns.
+func needsNamespace(byStage map[Stage][]*unstructured.Unstructured, selected func(Stage) bool, ns string) bool {
+	for st, list := range byStage {
+		if selected(st) && slices.ContainsFunc(list, func(u *unstructured.Unstructured) bool { return u.GetNamespace() == ns }) {
+			return true
+		}
+	}
+	return false
 }

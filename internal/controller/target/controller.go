@@ -1,8 +1,8 @@
 // Package target executes one member cluster's part of a Rollout: the RolloutTarget's state
 // machine (precheck, snapshot, staged apply, health gate, record; or restore, apply, health
 // gate, record), one step per file, journaled in the target's status before each step that is
-// not quick and idempotent runs (see Journaled), so that a restarted controller resumes. Many targets run at once, each on its own worker:
-// no cluster waits for another.
+// not quick and idempotent runs (see Journaled), so that a restarted controller resumes. Many
+// targets run at once, each on its own worker: no cluster waits for another.
 package target
 
 import (
