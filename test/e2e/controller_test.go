@@ -3,7 +3,10 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,8 +20,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/controller"
 	"github.com/rewind-dev/rewind/internal/controller/target"
 	"github.com/rewind-dev/rewind/internal/snapshot"
+	"github.com/rewind-dev/rewind/internal/testbed/testenv"
 	"github.com/rewind-dev/rewind/internal/testfixture"
 )
 
@@ -255,3 +260,61 @@ func TestPrecheckRefusesAKindTheMemberDoesNotServe(t *testing.T) {
 		t.Errorf("no snapshot may be taken before the precheck passes: %v", snaps)
 	}
 }
+
+// The targets of a wave are opened at once, not one hub write after another: each write that
+// opens a target waits (up to 10s) until all three are in flight.
+func TestWaveOpensItsClustersAtOnce(t *testing.T) {
+	f := newFleet(t, []v1alpha1.Wave{{Name: "all", Clusters: []string{"member1", "member2", "member3"}, MaxConcurrency: 3}})
+	var mu sync.Mutex
+	inFlight, most := 0, 0
+	all := make(chan struct{})
+	open := sync.OnceFunc(func() { close(all) })
+	cfg := testenv.ControllerConfig(t, env.Hub, f.ns)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			if req.Method != http.MethodPatch || !strings.Contains(req.URL.Path, "/rollouttargets/") || strings.HasSuffix(req.URL.Path, "/status") || req.Body == nil {
+				return rt.RoundTrip(req)
+			}
+			body, err := io.ReadAll(req.Body)
+			if err != nil {
+				return nil, err
+			}
+			req.Body = io.NopCloser(bytes.NewReader(body))
+			if !bytes.Contains(body, []byte(`"start":true`)) {
+				return rt.RoundTrip(req)
+			}
+			mu.Lock()
+			inFlight++
+			most = max(most, inFlight)
+			if inFlight == 3 {
+				open()
+			}
+			mu.Unlock()
+			select {
+			case <-all:
+			case <-time.After(10 * time.Second):
+			}
+			defer func() {
+				mu.Lock()
+				inFlight--
+				mu.Unlock()
+			}()
+			return rt.RoundTrip(req)
+		})
+	})
+	mgr, err := controller.NewManager(cfg, controller.Options{MetricsAddr: "0", ProbeAddr: "0", SkipNameValidation: true, GatePoll: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.RunManager(t, mgr)
+	f.waitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	mu.Lock()
+	defer mu.Unlock()
+	if most != 3 {
+		t.Errorf("the wave's three targets must be opened at once: at most %d of the writes that open them were in flight together", most)
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -197,12 +199,10 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 			return ctrl.Result{RequeueAfter: 30 * time.Second}, nil
 		}
 	}
-	for _, name := range d.Start {
-		if err := s.updateTarget(ctx, name, func(t *v1alpha1.RolloutTarget) { t.Spec.Start = true }); err != nil {
-			return ctrl.Result{}, err
-		}
-	}
-	return ctrl.Result{}, nil
+	err := s.eachTarget(ctx, d.Start, func(ctx context.Context, name string) error {
+		return s.updateTarget(ctx, name, func(t *v1alpha1.RolloutTarget) { t.Spec.Start = true })
+	})
+	return ctrl.Result{}, err
 }
 
 // takesSnapshots says whether any of the clusters will take a snapshot (an upgrade).
@@ -353,15 +353,30 @@ func (s *scope) updateTarget(ctx context.Context, cluster string, mutate func(*v
 
 // hold closes (paused) or reopens the revision's targets in progress.
 func (s *scope) hold(ctx context.Context, paused bool) error {
+	var clusters []string
 	for _, t := range s.current() {
-		if !target.Active(phaseOf(t)) {
-			continue
-		}
-		if err := s.updateTarget(ctx, t.Spec.Cluster, func(t *v1alpha1.RolloutTarget) { t.Spec.Start = !paused }); err != nil {
-			return err
+		if target.Active(phaseOf(t)) {
+			clusters = append(clusters, t.Spec.Cluster)
 		}
 	}
-	return nil
+	return s.eachTarget(ctx, clusters, func(ctx context.Context, cluster string) error {
+		return s.updateTarget(ctx, cluster, func(t *v1alpha1.RolloutTarget) { t.Spec.Start = !paused })
+	})
+}
+
+// targetWrites is how many RolloutTarget writes a reconcile has in flight at once: a wave of
+// many clusters opens in a few round trips to the hub, not in one per cluster after another.
+const targetWrites = 16
+
+// eachTarget runs write for each cluster, targetWrites at once; the first error cancels the
+// others and is returned. Each write touches its own target only: s.targets is not changed.
+func (s *scope) eachTarget(ctx context.Context, clusters []string, write func(ctx context.Context, cluster string) error) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(targetWrites)
+	for _, c := range clusters {
+		g.Go(func() error { return write(ctx, c) })
+	}
+	return g.Wait()
 }
 
 // SetupWithManager registers the reconciler: a change of a Rollout or of any of its targets

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -142,12 +144,21 @@ func dash(s string) string {
 func (r *Reconciler) writeTargets(ctx context.Context, s *scope, revision int32, plans []TargetPlan, reason string) error {
 	ro := s.ro
 	planned := map[string]bool{}
+	// The writes run at once; s.targets is read by them and changed only after them.
+	var mu sync.Mutex
+	created := map[string]*v1alpha1.RolloutTarget{}
+	var clusters []string
+	byCluster := map[string]TargetPlan{}
 	for _, p := range plans {
 		planned[p.Cluster] = true
-		t := s.targets[p.Cluster]
-		if t != nil && t.Spec.Revision == revision {
+		if t := s.targets[p.Cluster]; t != nil && t.Spec.Revision == revision {
 			continue
 		}
+		clusters = append(clusters, p.Cluster)
+		byCluster[p.Cluster] = p
+	}
+	err := s.eachTarget(ctx, clusters, func(ctx context.Context, cluster string) error {
+		p := byCluster[cluster]
 		spec := v1alpha1.RolloutTargetSpec{
 			Rollout: ro.Name, Cluster: p.Cluster, Revision: revision, Wave: p.Wave, Path: p.Path,
 			FromRelease: p.FromRelease, ToRelease: p.ToRelease, Snapshot: p.Snapshot,
@@ -161,21 +172,25 @@ func (r *Reconciler) writeTargets(ctx context.Context, s *scope, revision int32,
 		if p.Message != "" && reason == "" {
 			spec.Reason = p.Message
 		}
-		if t == nil {
-			t = &v1alpha1.RolloutTarget{ObjectMeta: metav1.ObjectMeta{Namespace: ro.Namespace, Name: TargetName(ro.Name, p.Cluster),
-				Labels: map[string]string{v1alpha1.LabelRollout: ro.Name, v1alpha1.LabelCluster: p.Cluster}}, Spec: spec}
-			if err := controllerutil.SetControllerReference(ro, t, r.Client.Scheme()); err != nil {
-				return err
-			}
-			if err := r.Client.Create(ctx, t); err != nil {
-				return fmt.Errorf("creating RolloutTarget %s: %w", t.Name, err)
-			}
-			s.targets[p.Cluster] = t
-			continue
+		if t := s.targets[p.Cluster]; t != nil {
+			return s.updateTarget(ctx, p.Cluster, func(t *v1alpha1.RolloutTarget) { t.Spec = spec })
 		}
-		if err := s.updateTarget(ctx, p.Cluster, func(t *v1alpha1.RolloutTarget) { t.Spec = spec }); err != nil {
+		t := &v1alpha1.RolloutTarget{ObjectMeta: metav1.ObjectMeta{Namespace: ro.Namespace, Name: TargetName(ro.Name, p.Cluster),
+			Labels: map[string]string{v1alpha1.LabelRollout: ro.Name, v1alpha1.LabelCluster: p.Cluster}}, Spec: spec}
+		if err := controllerutil.SetControllerReference(ro, t, r.Client.Scheme()); err != nil {
 			return err
 		}
+		if err := r.Client.Create(ctx, t); err != nil {
+			return fmt.Errorf("creating RolloutTarget %s: %w", t.Name, err)
+		}
+		mu.Lock()
+		created[p.Cluster] = t
+		mu.Unlock()
+		return nil
+	})
+	maps.Copy(s.targets, created)
+	if err != nil {
+		return err
 	}
 	for name, t := range s.targets {
 		if planned[name] {

@@ -123,13 +123,17 @@ func (r *Reconciler) bakeOrNextGroup(ctx context.Context, s *scope, rollback boo
 				ro.Status.BakeStartedAt = &t
 			}
 			until := metav1.NewTime(ro.Status.BakeStartedAt.Add(w.BakeTime.Duration))
+			var baking []string
 			for _, t := range s.current() {
-				if t.Spec.Wave != group[0] || t.Spec.Path == v1alpha1.PathNone || phaseOf(t) != v1alpha1.ClusterSucceeded {
-					continue
+				if t.Spec.Wave == group[0] && t.Spec.Path != v1alpha1.PathNone && phaseOf(t) == v1alpha1.ClusterSucceeded {
+					baking = append(baking, t.Spec.Cluster)
 				}
-				if err := s.updateTarget(ctx, t.Spec.Cluster, func(t *v1alpha1.RolloutTarget) { t.Spec.HealthyUntil = &until }); err != nil {
-					return ctrl.Result{}, err
-				}
+			}
+			err := s.eachTarget(ctx, baking, func(ctx context.Context, cluster string) error {
+				return s.updateTarget(ctx, cluster, func(t *v1alpha1.RolloutTarget) { t.Spec.HealthyUntil = &until })
+			})
+			if err != nil {
+				return ctrl.Result{}, err
 			}
 			if left := until.Sub(now); left > 0 {
 				s.setPhase(v1alpha1.RolloutBaking, v1alpha1.ReasonBaking, fmt.Sprintf("wave %q baking, %s left", w.Name, left.Round(time.Second)))
