@@ -116,7 +116,7 @@ func startController(b *testing.B) *controllerProcess {
 	b.Helper()
 	bin := filepath.Join(b.TempDir(), "rewind-controller")
 	// Built as `make image` builds it (static, stripped).
-	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "github.com/rewind-dev/rewind/cmd/rewind-controller")
+	build := exec.Command("go", "build", "-trimpath", "-tags", "disable_grpc_modules", "-ldflags", "-s -w", "-o", bin, "github.com/rewind-dev/rewind/cmd/rewind-controller")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		b.Fatalf("building rewind-controller: %v\n%s", err, out)
@@ -164,6 +164,11 @@ func startController(b *testing.B) *controllerProcess {
 		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 		_ = p.cmd.Wait()
 		logFile.Close()
+		if profileDir != "" {
+			if data, err := os.ReadFile(logFile.Name()); err == nil {
+				_ = os.WriteFile(filepath.Join(profileDir, "controller.log"), data, 0o644)
+			}
+		}
 	})
 	err = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		resp, err := http.Get(p.metrics)
@@ -383,6 +388,80 @@ func (p *controllerProcess) requests(b *testing.B) (hub float64, members map[str
 	return hub, members
 }
 
+// stepSeconds reads, from the controller's metrics, the seconds each cluster has spent in each
+// step of the rollout so far (rewind_step_duration_seconds_sum), by cluster and step.
+func (p *controllerProcess) stepSeconds(b *testing.B, rollout string) map[string]map[string]float64 {
+	b.Helper()
+	resp, err := http.Get(p.metrics)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	label := func(line, name string) string {
+		_, v, _ := strings.Cut(line, name+`="`)
+		v, _, _ = strings.Cut(v, `"`)
+		return v
+	}
+	out := map[string]map[string]float64{}
+	for _, line := range strings.Split(string(data), "\n") {
+		if !strings.HasPrefix(line, "rewind_step_duration_seconds_sum{") || label(line, "rollout") != rollout {
+			continue
+		}
+		fields := strings.Fields(line)
+		v, _ := strconv.ParseFloat(fields[len(fields)-1], 64)
+		c := label(line, "cluster")
+		if out[c] == nil {
+			out[c] = map[string]float64{}
+		}
+		out[c][label(line, "step")] = v
+	}
+	return out
+}
+
+// stepBreakdown formats, step by step, the time the canary spent in it next to the mean and
+// the largest time of the fleet wave's clusters, between two readings of stepSeconds; and the
+// time each spent outside the steps (journal writes, queueing, health-gate polls).
+func stepBreakdown(before, after map[string]map[string]float64, canary string, fleet []string, spans map[string]time.Duration) string {
+	d := func(c, step string) float64 { return after[c][step] - before[c][step] }
+	steps := map[string]bool{}
+	for _, c := range append([]string{canary}, fleet...) {
+		for st := range after[c] {
+			if d(c, st) > 0 {
+				steps[st] = true
+			}
+		}
+	}
+	var parts []string
+	outside := func(c string) float64 {
+		in := 0.0
+		for st := range steps {
+			in += d(c, st)
+		}
+		return spans[c].Seconds() - in
+	}
+	for _, st := range append(slices.Sorted(maps.Keys(steps)), "(outside steps)") {
+		var sum, top float64
+		for _, c := range fleet {
+			v := d(c, st)
+			if st == "(outside steps)" {
+				v = outside(c)
+			}
+			sum += v
+			top = max(top, v)
+		}
+		one := d(canary, st)
+		if st == "(outside steps)" {
+			one = outside(canary)
+		}
+		parts = append(parts, fmt.Sprintf("%s %.2f / %.2f / %.2f", st, one, sum/float64(len(fleet)), top))
+	}
+	return strings.Join(parts, "; ")
+}
+
 // perCluster formats the member requests made between two counts, per cluster, by method.
 func perCluster(before, after map[string]float64) string {
 	var parts []string
@@ -454,6 +533,15 @@ func (w *watcher) until(b *testing.B, timeout time.Duration, release string, don
 		b.Fatalf("rollout %s: %v (phase %s, targets %+v, failures %+v)", w.rollout, err, ro.Status.Phase, ro.Status.Targets, ro.Status.Failures)
 	}
 	return ro
+}
+
+// spans is each cluster's wall time from its start to its finish on path.
+func (w *watcher) spans(clusters []string, path string) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for _, c := range clusters {
+		out[c] = w.finished[c+"/"+path].Sub(w.started[c+"/"+path])
+	}
+	return out
 }
 
 // span is the wall time from the first start to the last finish among clusters.
@@ -610,6 +698,7 @@ func BenchmarkFleet(b *testing.B) {
 	cpuBefore, busyBefore, wallBefore := p.cpuSeconds(), machineBusy(), time.Now()
 	timesBefore := cpuTimes(p)
 	stopProfile := p.profileDuring(b, "a", 8)
+	stepsBefore := p.stepSeconds(b, "fleet")
 	setRelease(b, hub, ns, "fleet", "mysql-b")
 	w = watch(hub, ns, "fleet")
 	upgraded := w.until(b, 10*time.Minute, "mysql-b", phaseIs("mysql-b", v1alpha1.RolloutSucceeded))
@@ -620,6 +709,7 @@ func BenchmarkFleet(b *testing.B) {
 	cpuA, busyA, wallA := p.cpuSeconds()-cpuBefore, machineBusy()-busyBefore, time.Since(wallBefore)
 	canary := w.span(names[:1], v1alpha1.PathUpgrade)
 	wave := w.span(names[1:], v1alpha1.PathUpgrade)
+	stepsA := stepBreakdown(stepsBefore, p.stepSeconds(b, "fleet"), names[0], names[1:], w.spans(names, v1alpha1.PathUpgrade))
 	statusUpgrade, _ := json.Marshal(upgraded.Status)
 	rssA, anonA := p.resetPeak()
 
@@ -650,6 +740,7 @@ func BenchmarkFleet(b *testing.B) {
 	fmt.Printf("    during (a), %.1f s of wall time: the machine's %d cores were %.0f%% busy; the controller used %.1f CPU seconds (%.0f%% of the machine's busy time), the %d simulated clusters (API servers, etcd, controllers, kwok) the rest\n",
 		wallA.Seconds(), runtime.NumCPU(), 100*busyA/(wallA.Seconds()*float64(runtime.NumCPU())), cpuA, 100*cpuA/busyA, members)
 	fmt.Printf("    CPU seconds during (a) by process: %s\n", breakdownA)
+	fmt.Printf("    seconds in each step during (a), canary / fleet-wave mean / fleet-wave largest: %s\n", stepsA)
 	fmt.Printf("(b) RollbackAll of %d clusters: %s from the failed gate to all restored and healthy (the restores alone: %s); one cluster's rollback, measured the same way: %s (its restore alone: %s); ratio %.2f (target <= 2)\n",
 		members, fromGate.Round(10*time.Millisecond), all.Round(10*time.Millisecond), oneRollback.Round(10*time.Millisecond), oneRestore.Round(10*time.Millisecond), fromGate.Seconds()/oneRollback.Seconds())
 	fmt.Printf("    CPU seconds during (b)'s restores by process: %s\n", breakdownB)
