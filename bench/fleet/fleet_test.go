@@ -284,6 +284,15 @@ func cpuTimes(p *controllerProcess) map[string]float64 {
 	return out
 }
 
+// scaled returns m's values times f.
+func scaled(m map[string]float64, f float64) map[string]float64 {
+	out := make(map[string]float64, len(m))
+	for k, v := range m {
+		out[k] = v * f
+	}
+	return out
+}
+
 // cpuBreakdown formats the CPU seconds spent by each kind between two cpuTimes.
 func cpuBreakdown(before, after map[string]float64) string {
 	type kv struct {
@@ -692,6 +701,17 @@ func BenchmarkFleet(b *testing.B) {
 	w.until(b, 10*time.Minute, "mysql-a", phaseIs("mysql-a", v1alpha1.RolloutSucceeded))
 	install := w.span(names[1:], v1alpha1.PathUpgrade)
 
+	// The background: what the simulated clusters (and the controller) use with nothing
+	// rolling out, over a few idle seconds.
+	idleBefore, idleBusyBefore, idleWallBefore := cpuTimes(p), machineBusy(), time.Now()
+	<-time.After(5 * time.Second)
+	idleWall := time.Since(idleWallBefore).Seconds()
+	idleBusy := (machineBusy() - idleBusyBefore) / idleWall
+	idleRates := cpuTimes(p)
+	for k, v := range idleRates {
+		idleRates[k] = (v - idleBefore[k]) / idleWall
+	}
+
 	// (a) The upgrade: the canary wave, then the fleet wave.
 	_, _ = p.resetPeak()
 	reqBefore, memberBefore := p.requests(b)
@@ -740,6 +760,8 @@ func BenchmarkFleet(b *testing.B) {
 	fmt.Printf("    during (a), %.1f s of wall time: the machine's %d cores were %.0f%% busy; the controller used %.1f CPU seconds (%.0f%% of the machine's busy time), the %d simulated clusters (API servers, etcd, controllers, kwok) the rest\n",
 		wallA.Seconds(), runtime.NumCPU(), 100*busyA/(wallA.Seconds()*float64(runtime.NumCPU())), cpuA, 100*cpuA/busyA, members)
 	fmt.Printf("    CPU seconds during (a) by process: %s\n", breakdownA)
+	fmt.Printf("    idle, with nothing rolling out, the machine is %.0f%% busy: over (a)'s wall time that background is %.1f CPU seconds (%s)\n",
+		100*idleBusy/float64(runtime.NumCPU()), idleBusy*wallA.Seconds(), cpuBreakdown(map[string]float64{}, scaled(idleRates, wallA.Seconds())))
 	fmt.Printf("    seconds in each step during (a), canary / fleet-wave mean / fleet-wave largest: %s\n", stepsA)
 	fmt.Printf("(b) RollbackAll of %d clusters: %s from the failed gate to all restored and healthy (the restores alone: %s); one cluster's rollback, measured the same way: %s (its restore alone: %s); ratio %.2f (target <= 2)\n",
 		members, fromGate.Round(10*time.Millisecond), all.Round(10*time.Millisecond), oneRollback.Round(10*time.Millisecond), oneRestore.Round(10*time.Millisecond), fromGate.Seconds()/oneRollback.Seconds())
