@@ -365,9 +365,14 @@ func (p *controllerProcess) resetPeak() (rss, anon int64) {
 	return rss, anon
 }
 
-// requests reads the controller's client-go request counters: the hub's total, and the
-// members' by method.
-func (p *controllerProcess) requests(b *testing.B) (hub float64, members map[string]float64) {
+// sample is one line of the controller's metrics: its text (name and labels) and its value.
+type sample struct {
+	line  string
+	value float64
+}
+
+// samples reads the controller's metrics endpoint and returns the samples of metric name.
+func (p *controllerProcess) samples(b *testing.B, name string) []sample {
 	b.Helper()
 	resp, err := http.Get(p.metrics)
 	if err != nil {
@@ -378,21 +383,36 @@ func (p *controllerProcess) requests(b *testing.B) (hub float64, members map[str
 	if err != nil {
 		b.Fatal(err)
 	}
-	hubHost := strings.TrimPrefix(env.Hub.Server, "https://")
-	members = map[string]float64{}
+	var out []sample
 	for _, line := range strings.Split(string(data), "\n") {
-		if !strings.HasPrefix(line, "rest_client_requests_total{") {
+		if !strings.HasPrefix(line, name+"{") {
 			continue
 		}
 		fields := strings.Fields(line)
 		v, _ := strconv.ParseFloat(fields[len(fields)-1], 64)
-		if strings.Contains(line, `host="`+hubHost+`"`) {
-			hub += v
+		out = append(out, sample{line: line, value: v})
+	}
+	return out
+}
+
+// label returns the value of label name in a sample's line.
+func (s sample) label(name string) string {
+	_, v, _ := strings.Cut(s.line, name+`="`)
+	v, _, _ = strings.Cut(v, `"`)
+	return v
+}
+
+// requests reads the controller's client-go request counters: the hub's total, and the
+// members' by method.
+func (p *controllerProcess) requests(b *testing.B) (hub float64, members map[string]float64) {
+	hubHost := strings.TrimPrefix(env.Hub.Server, "https://")
+	members = map[string]float64{}
+	for _, s := range p.samples(b, "rest_client_requests_total") {
+		if s.label("host") == hubHost {
+			hub += s.value
 			continue
 		}
-		_, method, _ := strings.Cut(line, `method="`)
-		method, _, _ = strings.Cut(method, `"`)
-		members[method] += v
+		members[s.label("method")] += s.value
 	}
 	return hub, members
 }
@@ -400,33 +420,16 @@ func (p *controllerProcess) requests(b *testing.B) (hub float64, members map[str
 // stepSeconds reads, from the controller's metrics, the seconds each cluster has spent in each
 // step of the rollout so far (rewind_step_duration_seconds_sum), by cluster and step.
 func (p *controllerProcess) stepSeconds(b *testing.B, rollout string) map[string]map[string]float64 {
-	b.Helper()
-	resp, err := http.Get(p.metrics)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		b.Fatal(err)
-	}
-	label := func(line, name string) string {
-		_, v, _ := strings.Cut(line, name+`="`)
-		v, _, _ = strings.Cut(v, `"`)
-		return v
-	}
 	out := map[string]map[string]float64{}
-	for _, line := range strings.Split(string(data), "\n") {
-		if !strings.HasPrefix(line, "rewind_step_duration_seconds_sum{") || label(line, "rollout") != rollout {
+	for _, s := range p.samples(b, "rewind_step_duration_seconds_sum") {
+		if s.label("rollout") != rollout {
 			continue
 		}
-		fields := strings.Fields(line)
-		v, _ := strconv.ParseFloat(fields[len(fields)-1], 64)
-		c := label(line, "cluster")
+		c := s.label("cluster")
 		if out[c] == nil {
 			out[c] = map[string]float64{}
 		}
-		out[c][label(line, "step")] = v
+		out[c][s.label("step")] = s.value
 	}
 	return out
 }
