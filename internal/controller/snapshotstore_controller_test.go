@@ -4,7 +4,6 @@ package controller
 
 import (
 	"context"
-
 	"strings"
 	"testing"
 	"time"

@@ -199,7 +199,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 			return ctrl.Result{RequeueAfter: 30 * time.Second}, nil
 		}
 	}
-	err := s.eachTarget(ctx, d.Start, func(ctx context.Context, name string) error {
+	err := eachTarget(ctx, d.Start, func(ctx context.Context, name string) error {
 		return s.updateTarget(ctx, name, func(t *v1alpha1.RolloutTarget) { t.Spec.Start = true })
 	})
 	return ctrl.Result{}, err
@@ -359,7 +359,7 @@ func (s *scope) hold(ctx context.Context, paused bool) error {
 			clusters = append(clusters, t.Spec.Cluster)
 		}
 	}
-	return s.eachTarget(ctx, clusters, func(ctx context.Context, cluster string) error {
+	return eachTarget(ctx, clusters, func(ctx context.Context, cluster string) error {
 		return s.updateTarget(ctx, cluster, func(t *v1alpha1.RolloutTarget) { t.Spec.Start = !paused })
 	})
 }
@@ -368,13 +368,13 @@ func (s *scope) hold(ctx context.Context, paused bool) error {
 // many clusters opens in a few round trips to the hub, not in one per cluster after another.
 const targetWrites = 16
 
-// eachTarget runs write for each cluster, targetWrites at once; the first error cancels the
-// others and is returned. Each write touches its own target only: s.targets is not changed.
-func (s *scope) eachTarget(ctx context.Context, clusters []string, write func(ctx context.Context, cluster string) error) error {
+// eachTarget runs write for each item (a cluster, or a cluster's plan), targetWrites at once;
+// the first error cancels the others and is returned. Each write touches its own target only.
+func eachTarget[T any](ctx context.Context, items []T, write func(ctx context.Context, item T) error) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(targetWrites)
-	for _, c := range clusters {
-		g.Go(func() error { return write(ctx, c) })
+	for _, it := range items {
+		g.Go(func() error { return write(ctx, it) })
 	}
 	return g.Wait()
 }

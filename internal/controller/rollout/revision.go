@@ -147,18 +147,14 @@ func (r *Reconciler) writeTargets(ctx context.Context, s *scope, revision int32,
 	// The writes run at once; s.targets is read by them and changed only after them.
 	var mu sync.Mutex
 	created := map[string]*v1alpha1.RolloutTarget{}
-	var clusters []string
-	byCluster := map[string]TargetPlan{}
+	var todo []TargetPlan
 	for _, p := range plans {
 		planned[p.Cluster] = true
-		if t := s.targets[p.Cluster]; t != nil && t.Spec.Revision == revision {
-			continue
+		if t := s.targets[p.Cluster]; t == nil || t.Spec.Revision != revision {
+			todo = append(todo, p)
 		}
-		clusters = append(clusters, p.Cluster)
-		byCluster[p.Cluster] = p
 	}
-	err := s.eachTarget(ctx, clusters, func(ctx context.Context, cluster string) error {
-		p := byCluster[cluster]
+	err := eachTarget(ctx, todo, func(ctx context.Context, p TargetPlan) error {
 		spec := v1alpha1.RolloutTargetSpec{
 			Rollout: ro.Name, Cluster: p.Cluster, Revision: revision, Wave: p.Wave, Path: p.Path,
 			FromRelease: p.FromRelease, ToRelease: p.ToRelease, Snapshot: p.Snapshot,

@@ -129,7 +129,7 @@ func (r *Reconciler) bakeOrNextGroup(ctx context.Context, s *scope, rollback boo
 					baking = append(baking, t.Spec.Cluster)
 				}
 			}
-			err := s.eachTarget(ctx, baking, func(ctx context.Context, cluster string) error {
+			err := eachTarget(ctx, baking, func(ctx context.Context, cluster string) error {
 				return s.updateTarget(ctx, cluster, func(t *v1alpha1.RolloutTarget) { t.Spec.HealthyUntil = &until })
 			})
 			if err != nil {
