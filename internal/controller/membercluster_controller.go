@@ -40,6 +40,11 @@ type MemberClusterReconciler struct {
 func (r *MemberClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
 	mc := &v1alpha1.MemberCluster{}
 	if err := r.Get(ctx, req.NamespacedName, mc); err != nil {
+		if apierrors.IsNotFound(err) {
+			// A deleted member's clients are dropped: a fleet whose members come and go does
+			// not keep every past member's connections and discovery.
+			r.Members.Forget(req.Name)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	base := mc.DeepCopy()

@@ -40,6 +40,8 @@ func (c *Cache) Get(ctx context.Context, name string) (*Cluster, error) {
 func (c *Cache) For(ctx context.Context, mc *v1alpha1.MemberCluster) (*Cluster, error) {
 	cfg, err := ConfigFor(ctx, c.Hub, mc)
 	if err != nil {
+		// Credentials that are gone or unusable keep no clients (nor their connections).
+		c.Forget(mc.Name)
 		return nil, err
 	}
 	key := credentialsKey(cfg)
@@ -59,7 +61,15 @@ func (c *Cache) For(ctx context.Context, mc *v1alpha1.MemberCluster) (*Cluster, 
 	return cl, nil
 }
 
-// Forget drops the Cluster of a member (it was deleted).
+// Len is how many members have a Cluster held.
+func (c *Cache) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.clusters)
+}
+
+// Forget drops the Cluster of a member (it was deleted, or its credentials are gone): its
+// clients, discovery and connections are released once no step uses them.
 func (c *Cache) Forget(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
