@@ -2,6 +2,7 @@ package member
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -40,8 +41,12 @@ func (c *Cache) Get(ctx context.Context, name string) (*Cluster, error) {
 func (c *Cache) For(ctx context.Context, mc *v1alpha1.MemberCluster) (*Cluster, error) {
 	cfg, err := ConfigFor(ctx, c.Hub, mc)
 	if err != nil {
-		// Credentials that are gone or unusable keep no clients (nor their connections).
-		c.Forget(mc.Name)
+		// Credentials that are gone or unusable keep no clients (nor their connections); a
+		// failed read of the hub does not drop them.
+		var se *SecretError
+		if errors.As(err, &se) {
+			c.Forget(mc.Name)
+		}
 		return nil, err
 	}
 	key := credentialsKey(cfg)
