@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"text/tabwriter"
@@ -45,10 +46,11 @@ again after an interruption and it resumes. Restoring twice changes nothing the 
 			if snap.Spec.Cluster != cluster && snap.Status.ClusterID != mc.Status.ClusterID {
 				return fmt.Errorf("snapshot %s was taken on cluster %s (ID %s), not %s: restoring it elsewhere is not supported", snap.Name, snap.Spec.Cluster, snap.Status.ClusterID, cluster)
 			}
-			hdr, entries, err := hub.Load(ctx, snap)
+			hdr, entries, closer, err := hub.Stream(ctx, snap)
 			if err != nil {
 				return fmt.Errorf("snapshot %s cannot be restored: %w", snap.Name, err)
 			}
+			defer closer.Close()
 			mcl := cl.Client
 			// The release installed now: its Deployments are quiesced, its extra objects reported.
 			var current []*unstructured.Unstructured
@@ -66,6 +68,9 @@ again after an interruption and it resumes. Restoring twice changes nothing the 
 					}
 				},
 			})
+			if errors.Is(err, restore.ErrSnapshotUnreadable) {
+				return fmt.Errorf("snapshot %s cannot be restored: %w", snap.Name, err)
+			}
 			if err != nil {
 				return fmt.Errorf("%w (run the same command again to resume)", err)
 			}

@@ -2,8 +2,10 @@ package restore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"sort"
 	"strings"
 	"sync"
@@ -14,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
 
@@ -36,6 +39,10 @@ var Steps = []string{StepQuiesce, StepCRDs, StepCRs, StepAssociated, StepCreated
 
 // ErrStopped is returned when Options.StopAfter stopped the restore (a test failure point).
 var ErrStopped = errors.New("restore stopped on request")
+
+// ErrSnapshotUnreadable wraps an error reading Options.Entries (a corrupted payload, a failed
+// read of its store): the restore stopped before it wrote anything.
+var ErrSnapshotUnreadable = errors.New("reading the snapshot")
 
 // Journal records how far a restore got. Completed steps are not run again.
 type Journal interface {
@@ -66,9 +73,11 @@ func (j *MemoryJournal) Complete(_ context.Context, step string) error {
 
 // Options say what to restore.
 type Options struct {
-	// Header and Entries are the snapshot's content.
+	// Header and Entries are the snapshot's content. Run reads Entries once, when it starts,
+	// and keeps each entry compact (see entry), not decoded: a stream (snapshot.Hub.Stream)
+	// is never held decoded whole. snapshot.EntriesOf serves a decoded snapshot.
 	Header  snapshot.Header
-	Entries []snapshot.Entry
+	Entries iter.Seq2[snapshot.Entry, error]
 	// Current are the manifests of the release installed now, if known: their Deployments
 	// are quiesced and their webhooks neutralized too, and what they define that the snapshot
 	// lacks is reported as created since the snapshot.
@@ -190,11 +199,12 @@ type restorer struct {
 	cmp *Comparer
 	rep *Report
 
+	// entries are the snapshot's objects in their compact form (Options.Entries is dropped).
+	entries []*entry
+
 	// uids maps snapshot UIDs to live UIDs as objects are found or restored.
 	mu   sync.Mutex
 	uids map[types.UID]types.UID
-	// byKey finds snapshot entries.
-	byUID map[types.UID]snapshot.Entry
 
 	crdGVR map[schema.GroupKind]schema.GroupVersionResource
 	// crdClusterScoped holds the kinds of the snapshot's CRDs that are cluster-scoped.
@@ -222,34 +232,43 @@ func Run(ctx context.Context, cl *member.Cluster, o Options) (*Report, error) {
 	if o.Log == nil {
 		o.Log = func(string, ...any) {}
 	}
-	r := &restorer{
-		o: o, cl: cl, dyn: cl.Bulk, meta: cl.Metadata,
-		rep:   &Report{Kinds: map[string]*KindReport{}},
-		uids:  map[types.UID]types.UID{},
-		byUID: map[types.UID]snapshot.Entry{}, crdGVR: map[schema.GroupKind]schema.GroupVersionResource{},
-		crdClusterScoped: map[schema.GroupKind]bool{},
-		held:             map[string]bool{},
+	if o.Entries == nil {
+		o.Entries = snapshot.EntriesOf(nil)
 	}
+	// The restore holds the snapshot compact, not decoded (see entry).
+	var entries []*entry
 	var crds []*unstructured.Unstructured
-	for _, e := range o.Entries {
+	for e, err := range o.Entries {
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrSnapshotUnreadable, err)
+		}
+		ce, err := newEntry(e)
+		if err != nil {
+			return nil, err
+		}
+		entries = append(entries, ce)
 		if e.Section == snapshot.SectionCRD {
 			crds = append(crds, e.Object)
 		}
 	}
+	o.Entries = nil // read once
+	r := &restorer{
+		o: o, cl: cl, dyn: cl.Bulk, meta: cl.Metadata, entries: entries,
+		rep:              &Report{Kinds: map[string]*KindReport{}},
+		uids:             map[types.UID]types.UID{},
+		crdGVR:           map[schema.GroupKind]schema.GroupVersionResource{},
+		crdClusterScoped: map[schema.GroupKind]bool{},
+		held:             map[string]bool{},
+	}
 	r.cmp = NewComparer(crds)
-	for _, e := range o.Entries {
-		if uid := e.Object.GetUID(); uid != "" {
-			r.byUID[uid] = e
-		}
-		if e.Section == snapshot.SectionCRD {
-			group, _, _ := unstructured.NestedString(e.Object.Object, "spec", "group")
-			kind, _, _ := unstructured.NestedString(e.Object.Object, "spec", "names", "kind")
-			plural, _, _ := unstructured.NestedString(e.Object.Object, "spec", "names", "plural")
-			scope, _, _ := unstructured.NestedString(e.Object.Object, "spec", "scope")
-			gk := schema.GroupKind{Group: group, Kind: kind}
-			r.crdGVR[gk] = schema.GroupVersionResource{Group: group, Version: snapshot.StorageVersion(e.Object), Resource: plural}
-			r.crdClusterScoped[gk] = scope == "Cluster"
-		}
+	for _, crd := range crds {
+		group, _, _ := unstructured.NestedString(crd.Object, "spec", "group")
+		kind, _, _ := unstructured.NestedString(crd.Object, "spec", "names", "kind")
+		plural, _, _ := unstructured.NestedString(crd.Object, "spec", "names", "plural")
+		scope, _, _ := unstructured.NestedString(crd.Object, "spec", "scope")
+		gk := schema.GroupKind{Group: group, Kind: kind}
+		r.crdGVR[gk] = schema.GroupVersionResource{Group: group, Version: snapshot.StorageVersion(crd), Resource: plural}
+		r.crdClusterScoped[gk] = scope == "Cluster"
 	}
 	r.markHeld()
 
@@ -301,6 +320,47 @@ func Run(ctx context.Context, cl *member.Cluster, o Options) (*Report, error) {
 	r.rep.Duration = time.Since(start)
 	return r.rep, nil
 }
+
+// entry is a snapshot object as a restore holds it: what identifies it, decoded, and its
+// content as JSON, decoded each time a step needs it. A decoded object takes several times
+// the memory of its JSON, a restore holds its whole snapshot while it runs, and a fleet's
+// rollback runs many restores at once.
+type entry struct {
+	section   string
+	gvk       schema.GroupVersionKind
+	namespace string
+	name      string
+	uid       types.UID
+	owners    []metav1.OwnerReference
+	raw       []byte
+}
+
+func newEntry(e snapshot.Entry) (*entry, error) {
+	raw, err := json.Marshal(e.Object.Object)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot entry %s: %w", keyOf(e.Object), err)
+	}
+	return &entry{
+		section: e.Section, gvk: e.Object.GroupVersionKind(), namespace: e.Object.GetNamespace(), name: e.Object.GetName(),
+		uid: e.Object.GetUID(), owners: e.Object.GetOwnerReferences(), raw: raw,
+	}, nil
+}
+
+// object decodes the entry: a new object each time, the caller's to change. Integers decode
+// as int64, as the snapshot decoder and the API machinery decode them.
+func (e *entry) object() (*unstructured.Unstructured, error) {
+	var m map[string]any
+	if err := utiljson.Unmarshal(e.raw, &m); err != nil {
+		return nil, fmt.Errorf("snapshot entry %s: %w", e.key(), err)
+	}
+	return &unstructured.Unstructured{Object: m}, nil
+}
+
+// key is keyOf the entry's object.
+func (e *entry) key() string { return keyFor(e.gvk.GroupKind(), e.namespace, e.name) }
+
+// nsName is nsName of the entry's object.
+func (e *entry) nsName() string { return e.namespace + "/" + e.name }
 
 // keyOf names an object for reports and the held set.
 func keyOf(u *unstructured.Unstructured) string {
@@ -391,8 +451,11 @@ func (r *restorer) liveUID(snapUID types.UID) (types.UID, bool) {
 // desiredFrom prepares the object to write from a snapshot entry: ownerReferences remapped
 // to the live owners' UIDs. Owners that do not exist are dropped (and noted), so the garbage
 // collector does not delete the restored object.
-func (r *restorer) desiredFrom(ctx context.Context, e snapshot.Entry) (*unstructured.Unstructured, error) {
-	u := e.Object.DeepCopy()
+func (r *restorer) desiredFrom(ctx context.Context, e *entry) (*unstructured.Unstructured, error) {
+	u, err := e.object()
+	if err != nil {
+		return nil, err
+	}
 	refs := u.GetOwnerReferences()
 	if len(refs) == 0 {
 		return u, nil

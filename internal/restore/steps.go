@@ -60,9 +60,14 @@ func (r *restorer) operatorObjects() []*unstructured.Unstructured {
 			out = append(out, c)
 		}
 	}
-	for _, e := range r.o.Entries {
-		if e.Section == snapshot.SectionAssociated && len(e.Object.GetOwnerReferences()) == 0 {
-			add(e.Object)
+	for _, e := range r.entries {
+		if e.section == snapshot.SectionAssociated && len(e.owners) == 0 {
+			// Only what names it is used: no need to decode the whole object.
+			u := &unstructured.Unstructured{}
+			u.SetGroupVersionKind(e.gvk)
+			u.SetNamespace(e.namespace)
+			u.SetName(e.name)
+			add(u)
 		}
 	}
 	for _, u := range r.o.Current {
@@ -186,64 +191,81 @@ func nsName(u *unstructured.Unstructured) string { return u.GetNamespace() + "/"
 // Prune, holds nothing created since). It compares page by page and stops at the first
 // difference, so a cluster that needs a restore costs one page per kind, not a full LIST.
 func (r *restorer) alreadyRestored(ctx context.Context) (bool, error) {
-	want := map[schema.GroupVersionResource]map[string]*unstructured.Unstructured{}
+	want := map[schema.GroupVersionResource]map[string]*entry{}
 	var order []schema.GroupVersionResource
-	for _, e := range r.o.Entries {
-		if e.Section == snapshot.SectionCRD {
-			l, err := r.dyn.Resource(crdGVR).Get(ctx, e.Object.GetName(), metav1.GetOptions{})
+	for _, e := range r.entries {
+		if e.section == snapshot.SectionCRD {
+			l, err := r.dyn.Resource(crdGVR).Get(ctx, e.name, metav1.GetOptions{})
 			if apierrors.IsNotFound(err) {
 				return false, nil
 			}
 			if err != nil {
 				return false, err
 			}
-			if !crdEqual(e.Object, l) {
+			snap, err := e.object()
+			if err != nil {
+				return false, err
+			}
+			if !crdEqual(snap, l) {
 				return false, nil
 			}
 			continue
 		}
-		gvr, _, err := r.gvrFor(e.Object.GroupVersionKind())
+		gvr, _, err := r.gvrFor(e.gvk)
 		if err != nil {
 			return false, nil // the kind is not even served
 		}
-		gvr.Version = e.Object.GroupVersionKind().Version
+		gvr.Version = e.gvk.Version
 		if want[gvr] == nil {
-			want[gvr] = map[string]*unstructured.Unstructured{}
+			want[gvr] = map[string]*entry{}
 			order = append(order, gvr)
 		}
-		want[gvr][nsName(e.Object)] = e.Object
+		want[gvr][e.nsName()] = e
 	}
 	// After an upgrade the operator's own objects are what differs: a GET or two settles most
 	// rollbacks before any LIST.
-	for _, e := range r.o.Entries {
-		if e.Section != snapshot.SectionAssociated || !r.held[keyOf(e.Object)] {
+	for _, e := range r.entries {
+		if e.section != snapshot.SectionAssociated || !r.held[e.key()] {
 			continue
 		}
-		ri, err := r.resource(e.Object)
+		snap, err := e.object()
+		if err != nil {
+			return false, err
+		}
+		ri, err := r.resource(snap)
 		if err != nil {
 			return false, nil
 		}
-		l, err := ri.Get(ctx, e.Object.GetName(), metav1.GetOptions{})
+		l, err := ri.Get(ctx, e.name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return false, nil
 		}
 		if err != nil {
 			return false, err
 		}
-		if !r.cmp.Equal(e.Object, l) {
+		if !r.cmp.Equal(snap, l) {
 			return false, nil
 		}
 	}
 	for _, gvr := range order {
 		found := 0
+		var decodeErr error
 		same, err := r.eachLiveIn(ctx, gvr, namespacesOf(want[gvr]), func(l *unstructured.Unstructured) bool {
-			s := want[gvr][nsName(l)]
-			if s == nil {
+			e := want[gvr][nsName(l)]
+			if e == nil {
 				return true
 			}
 			found++
-			return r.cmp.Equal(s, l)
+			snap, err := e.object()
+			if err != nil {
+				decodeErr = err
+				return false
+			}
+			return r.cmp.Equal(snap, l)
 		})
+		if decodeErr != nil {
+			return false, decodeErr
+		}
 		if err != nil || !same || found < len(want[gvr]) {
 			return false, nil
 		}
@@ -259,8 +281,8 @@ func (r *restorer) alreadyRestored(ctx context.Context) (bool, error) {
 		r.rep.count(x.GroupVersionKind(), outKept)
 		r.rep.note(&r.rep.Kept, keyOf(x))
 	}
-	for _, e := range r.o.Entries {
-		r.rep.count(e.Object.GroupVersionKind(), outUnchanged)
+	for _, e := range r.entries {
+		r.rep.count(e.gvk, outUnchanged)
 	}
 	return true, nil
 }
@@ -320,11 +342,11 @@ func (r *restorer) scaleToZero(ctx context.Context, ns, name string) error {
 // webhooks of the live CRDs the snapshot holds.
 func (r *restorer) conversionServers(ctx context.Context) (map[string]bool, error) {
 	out := map[string]bool{}
-	for _, e := range r.o.Entries {
-		if e.Section != snapshot.SectionCRD {
+	for _, e := range r.entries {
+		if e.section != snapshot.SectionCRD {
 			continue
 		}
-		live, err := r.dyn.Resource(crdGVR).Get(ctx, e.Object.GetName(), metav1.GetOptions{})
+		live, err := r.dyn.Resource(crdGVR).Get(ctx, e.name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			continue
 		}
@@ -379,12 +401,16 @@ func storageVersionHash(group, version, kind string) string {
 // every CR is rewritten so it is stored at that version, status.storedVersions is trimmed,
 // and then the snapshot's definition is applied exactly. A CRD is never deleted.
 func (r *restorer) restoreCRDs(ctx context.Context) error {
-	for _, e := range r.o.Entries {
-		if e.Section != snapshot.SectionCRD {
+	for _, e := range r.entries {
+		if e.section != snapshot.SectionCRD {
 			continue
 		}
-		if err := r.restoreCRD(ctx, e.Object); err != nil {
-			return fmt.Errorf("CRD %s: %w", e.Object.GetName(), err)
+		snap, err := e.object()
+		if err != nil {
+			return err
+		}
+		if err := r.restoreCRD(ctx, snap); err != nil {
+			return fmt.Errorf("CRD %s: %w", e.name, err)
 		}
 	}
 	// Conversion webhook servers kept up for the migration can now be quiesced.
@@ -594,9 +620,9 @@ func (r *restorer) restoreCRs(ctx context.Context) error {
 
 // restoreSection restores the entries of one section, kind by kind, owners before children.
 func (r *restorer) restoreSection(ctx context.Context, section string) error {
-	var entries []snapshot.Entry
-	for _, e := range r.o.Entries {
-		if e.Section == section && !(section == snapshot.SectionAssociated && r.held[keyOf(e.Object)]) {
+	var entries []*entry
+	for _, e := range r.entries {
+		if e.section == section && !(section == snapshot.SectionAssociated && r.held[e.key()]) {
 			entries = append(entries, e)
 		}
 	}
@@ -609,19 +635,19 @@ func (r *restorer) restoreSection(ctx context.Context, section string) error {
 }
 
 // levels orders entries so that an object's owners (within the set) come in an earlier level.
-func (r *restorer) levels(entries []snapshot.Entry) [][]snapshot.Entry {
+func (r *restorer) levels(entries []*entry) [][]*entry {
 	inSet := map[types.UID]bool{}
 	for _, e := range entries {
-		inSet[e.Object.GetUID()] = true
+		inSet[e.uid] = true
 	}
 	placed := map[types.UID]bool{}
-	var out [][]snapshot.Entry
+	var out [][]*entry
 	rest := entries
 	for len(rest) > 0 {
-		var level, next []snapshot.Entry
+		var level, next []*entry
 		for _, e := range rest {
 			ready := true
-			for _, ref := range e.Object.GetOwnerReferences() {
+			for _, ref := range e.owners {
 				if inSet[ref.UID] && !placed[ref.UID] {
 					ready = false
 				}
@@ -636,7 +662,7 @@ func (r *restorer) levels(entries []snapshot.Entry) [][]snapshot.Entry {
 			level, next = next, nil
 		}
 		for _, e := range level {
-			placed[e.Object.GetUID()] = true
+			placed[e.uid] = true
 		}
 		out = append(out, level)
 		rest = next
@@ -648,9 +674,9 @@ func (r *restorer) levels(entries []snapshot.Entry) [][]snapshot.Entry {
 // objects of each kind are paged through (one LIST per kind) and compared with their entries
 // as they arrive: an object that already equals its entry is counted as unchanged and
 // dropped, so that only the objects to write are held. Then the writes run in parallel.
-func (r *restorer) restoreEntries(ctx context.Context, entries []snapshot.Entry) error {
+func (r *restorer) restoreEntries(ctx context.Context, entries []*entry) error {
 	type item struct {
-		e    snapshot.Entry
+		e    *entry
 		live *unstructured.Unstructured
 		// unchanged says live equals e already; uid is then its live UID.
 		unchanged bool
@@ -660,14 +686,14 @@ func (r *restorer) restoreEntries(ctx context.Context, entries []snapshot.Entry)
 	byKey := map[schema.GroupVersionResource]map[string][]int{}
 	var kinds []schema.GroupVersionResource
 	for i, e := range entries {
-		gvr, namespaced, err := r.gvrFor(e.Object.GroupVersionKind())
+		gvr, namespaced, err := r.gvrFor(e.gvk)
 		if err != nil {
 			return err
 		}
-		gvr.Version = e.Object.GroupVersionKind().Version
-		key := nsName(e.Object)
+		gvr.Version = e.gvk.Version
+		key := e.nsName()
 		if !namespaced {
-			key = "/" + e.Object.GetName()
+			key = "/" + e.name
 		}
 		items[i].e = e
 		if byKey[gvr] == nil {
@@ -678,6 +704,7 @@ func (r *restorer) restoreEntries(ctx context.Context, entries []snapshot.Entry)
 	}
 	for _, gvr := range kinds {
 		keys := byKey[gvr]
+		var decodeErr error
 		_, err := r.eachLiveIn(ctx, gvr, namespacesOf(keys), func(l *unstructured.Unstructured) bool {
 			idx := keys[nsName(l)]
 			if len(idx) == 0 {
@@ -687,7 +714,12 @@ func (r *restorer) restoreEntries(ctx context.Context, entries []snapshot.Entry)
 			// hold its whole page.
 			var kept *unstructured.Unstructured
 			for _, i := range idx {
-				if r.unchanged(items[i].e.Object, l) {
+				snap, err := items[i].e.object()
+				if err != nil {
+					decodeErr = err
+					return false
+				}
+				if r.unchanged(snap, l) {
 					items[i].unchanged, items[i].uid = true, l.GetUID()
 					continue
 				}
@@ -698,6 +730,9 @@ func (r *restorer) restoreEntries(ctx context.Context, entries []snapshot.Entry)
 			}
 			return true
 		})
+		if decodeErr != nil {
+			return decodeErr
+		}
 		if err != nil {
 			return fmt.Errorf("listing %s: %w", gvr.GroupResource(), err)
 		}
@@ -705,8 +740,8 @@ func (r *restorer) restoreEntries(ctx context.Context, entries []snapshot.Entry)
 	var writes []int
 	for i := range items {
 		if items[i].unchanged {
-			r.setUID(items[i].e.Object.GetUID(), items[i].uid)
-			r.rep.count(items[i].e.Object.GroupVersionKind(), outUnchanged)
+			r.setUID(items[i].e.uid, items[i].uid)
+			r.rep.count(items[i].e.gvk, outUnchanged)
 			continue
 		}
 		writes = append(writes, i)
@@ -717,13 +752,13 @@ func (r *restorer) restoreEntries(ctx context.Context, entries []snapshot.Entry)
 		if err != nil {
 			return err
 		}
-		hasStatus := !IsBuiltin(it.e.Object.GroupVersionKind())
+		hasStatus := !IsBuiltin(it.e.gvk)
 		out, uid, err := r.put(ctx, desired, it.live, hasStatus)
 		if err != nil {
 			return err
 		}
-		r.setUID(it.e.Object.GetUID(), uid)
-		r.rep.count(it.e.Object.GroupVersionKind(), out)
+		r.setUID(it.e.uid, uid)
+		r.rep.count(it.e.gvk, out)
 		return nil
 	})
 }
@@ -767,9 +802,9 @@ func (r *restorer) ensureUIDs(ctx context.Context) {
 	}
 	for gk, gvr := range r.crdGVR {
 		snapUIDs := map[string][]types.UID{}
-		for _, e := range r.o.Entries {
-			if e.Section == snapshot.SectionCR && e.Object.GroupVersionKind().GroupKind() == gk {
-				snapUIDs[nsName(e.Object)] = append(snapUIDs[nsName(e.Object)], e.Object.GetUID())
+		for _, e := range r.entries {
+			if e.section == snapshot.SectionCR && e.gvk.GroupKind() == gk {
+				snapUIDs[e.nsName()] = append(snapUIDs[e.nsName()], e.uid)
 			}
 		}
 		if len(snapUIDs) == 0 {
@@ -790,8 +825,8 @@ func (r *restorer) ensureUIDs(ctx context.Context) {
 // release defines.
 func (r *restorer) findCreatedSince(ctx context.Context) ([]*unstructured.Unstructured, error) {
 	inSnap := map[string]bool{}
-	for _, e := range r.o.Entries {
-		inSnap[keyOf(e.Object)] = true
+	for _, e := range r.entries {
+		inSnap[e.key()] = true
 	}
 	var out []*unstructured.Unstructured
 	seen := map[string]bool{}
@@ -915,9 +950,9 @@ func (r *restorer) createdSince(ctx context.Context) error {
 // snapshot. Those the snapshot lacks stay quiesced (a rollout applies the old release's
 // manifests next).
 func (r *restorer) resume(ctx context.Context) error {
-	var entries []snapshot.Entry
-	for _, e := range r.o.Entries {
-		if e.Section == snapshot.SectionAssociated && r.held[keyOf(e.Object)] {
+	var entries []*entry
+	for _, e := range r.entries {
+		if e.section == snapshot.SectionAssociated && r.held[e.key()] {
 			entries = append(entries, e)
 		}
 	}

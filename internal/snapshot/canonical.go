@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"iter"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -221,6 +222,34 @@ func (d *Decoder) internAll(v any) {
 				t[i] = d.intern(s)
 			} else {
 				d.internAll(x)
+			}
+		}
+	}
+}
+
+// All yields the decoder's remaining entries in order, decoded one at a time; an error ends
+// it.
+func (d *Decoder) All() iter.Seq2[Entry, error] {
+	return func(yield func(Entry, error) bool) {
+		for {
+			e, err := d.Next()
+			if err == io.EOF {
+				return
+			}
+			if !yield(e, err) || err != nil {
+				return
+			}
+		}
+	}
+}
+
+// EntriesOf yields the entries of a decoded snapshot, for what reads entries one at a time
+// (restore.Options.Entries).
+func EntriesOf(entries []Entry) iter.Seq2[Entry, error] {
+	return func(yield func(Entry, error) bool) {
+		for _, e := range entries {
+			if !yield(e, nil) {
+				return
 			}
 		}
 	}

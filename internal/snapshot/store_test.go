@@ -298,7 +298,21 @@ func TestCorruptedPayloadInBucketIsRefused(t *testing.T) {
 		t.Fatalf("verify of a corrupted payload: %v", err)
 	}
 	if _, _, err := hub.Load(t.Context(), snap); !errors.Is(err, payload.ErrCorrupted) {
-		t.Fatalf("load (restore's read) of a corrupted payload: %v", err)
+		t.Fatalf("load of a corrupted payload: %v", err)
+	}
+	// A restore reads it as a stream, to its end, before it writes anything: the stream's
+	// last word is the mismatch.
+	_, all, closer, err := hub.Stream(t.Context(), snap)
+	if err == nil {
+		defer closer.Close()
+		for _, e := range all {
+			if e != nil {
+				err = e
+			}
+		}
+	}
+	if !errors.Is(err, payload.ErrCorrupted) {
+		t.Fatalf("streaming (restore's read) a corrupted payload: %v", err)
 	}
 	got := &v1alpha1.Snapshot{}
 	if err := c.Get(context.Background(), client.ObjectKeyFromObject(snap), got); err != nil {

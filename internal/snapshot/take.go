@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"maps"
 	"sort"
 	"strconv"
@@ -368,22 +369,49 @@ func (v *verifyingReader) Read(p []byte) (int, error) {
 
 func (v *verifyingReader) Close() error { return v.closer.Close() }
 
-// Load reads and verifies every entry of a snapshot (for diff, show and restore planning).
+// Load reads and verifies every entry of a snapshot (for diff and show).
 func (h *Hub) Load(ctx context.Context, snap *v1alpha1.Snapshot) (Header, []Entry, error) {
-	rc, err := h.Open(ctx, snap)
+	hdr, all, closer, err := h.Stream(ctx, snap)
 	if err != nil {
 		return Header{}, nil, err
 	}
-	defer rc.Close()
-	hdr, entries, err := ReadAll(rc)
-	if err != nil {
-		return Header{}, nil, err
-	}
-	// ReadAll stops at the last line; drain so the checksum is verified.
-	if _, err := io.Copy(io.Discard, rc); err != nil {
-		return Header{}, nil, err
+	defer closer.Close()
+	var entries []Entry
+	for e, err := range all {
+		if err != nil {
+			return Header{}, nil, err
+		}
+		entries = append(entries, e)
 	}
 	return hdr, entries, nil
+}
+
+// Stream opens a snapshot for reading entry by entry, so that a reader that keeps less than
+// the decoded entries (a restore) never holds them all: its header, and its entries decoded
+// one at a time as they are read. Once the last entry is read, the payload's checksum is
+// verified: a mismatch is the iterator's last error. Close the closer when done.
+func (h *Hub) Stream(ctx context.Context, snap *v1alpha1.Snapshot) (Header, iter.Seq2[Entry, error], io.Closer, error) {
+	rc, err := h.Open(ctx, snap)
+	if err != nil {
+		return Header{}, nil, nil, err
+	}
+	d, err := NewDecoder(rc)
+	if err != nil {
+		rc.Close()
+		return Header{}, nil, nil, err
+	}
+	all := func(yield func(Entry, error) bool) {
+		for e, err := range d.All() {
+			if !yield(e, err) || err != nil {
+				return
+			}
+		}
+		// The decoder stops at the last line; drain so the checksum is verified.
+		if _, err := io.Copy(io.Discard, rc); err != nil {
+			yield(Entry{}, err)
+		}
+	}
+	return d.Header(), all, rc, nil
 }
 
 // Verify decrypts the whole payload of snap, checks it against the recorded checksum and

@@ -2,6 +2,7 @@ package target
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -55,10 +56,13 @@ func (restoreSnapshot) run(ctx context.Context, x *execution) (time.Duration, er
 			return 0, err
 		}
 	}
-	hdr, entries, err := x.hub().Load(ctx, snap)
+	// Read as the restore goes: it keeps each entry compact, and never holds the snapshot
+	// decoded whole.
+	hdr, entries, closer, err := x.hub().Stream(ctx, snap)
 	if err != nil {
 		return 0, terminalf("snapshot %s cannot be restored: %v", t.Spec.Snapshot, err)
 	}
+	defer closer.Close()
 	// The releases installed now (the one rolled back from, and the one the record names if
 	// the change failed before its Record step): their Deployments are quiesced and their
 	// webhooks neutralized during the restore.
@@ -77,6 +81,9 @@ func (restoreSnapshot) run(ctx context.Context, x *execution) (time.Duration, er
 		Header: hdr, Entries: entries, Current: current, Prune: t.Spec.PruneOnRollback,
 		Journal: statusJournal{x},
 	})
+	if errors.Is(err, restore.ErrSnapshotUnreadable) {
+		return 0, terminalf("snapshot %s cannot be restored: %v", t.Spec.Snapshot, err)
+	}
 	return 0, err
 }
 
