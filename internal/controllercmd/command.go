@@ -42,7 +42,7 @@ func AddFlags(cmd *cobra.Command) (*controller.Options, *bool) {
 	cmd.PreRunE = func(*cobra.Command, []string) error { return Validate(o) }
 	f := cmd.Flags()
 	o.RestoreMemory, _ = target.ParseMemoryBudget(DefaultRestoreMemory)
-	f.Var(&memoryFlag{v: &o.RestoreMemory, s: DefaultRestoreMemory}, "restore-memory", "the most snapshot content (uncompressed) that running restores hold in memory at once; their heap is about 7 times that. A restore that does not fit waits; one larger than the budget runs alone; 0 is no bound. Default: a sixteenth of the Go memory limit when one is set (GOMEMLIMIT, or 90% of the pod's memory limit), else "+DefaultRestoreMemory)
+	f.Var(&memoryFlag{v: &o.RestoreMemory, s: DefaultRestoreMemory}, "restore-memory", "the most snapshot content (uncompressed) that running restores hold in memory at once; their live heap is about 3.5 times that. A restore that does not fit waits; one larger than the budget runs alone; 0 is no bound. Default: a sixteenth of the Go memory limit when one is set (GOMEMLIMIT, or 90% of the pod's memory limit), else "+DefaultRestoreMemory)
 	f.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8443", "address of the Prometheus metrics endpoint; 0 disables it")
 	f.BoolVar(&o.MetricsSecure, "metrics-secure", true, "serve metrics over HTTPS to authenticated and authorized clients only (TokenReview and SubjectAccessReview against the hub)")
 	f.StringVar(&o.MetricsCertDir, "metrics-cert-dir", "", "folder with tls.crt and tls.key for the metrics endpoint (default: a self-signed certificate)")
@@ -66,8 +66,9 @@ func AddFlags(cmd *cobra.Command) (*controller.Options, *bool) {
 const DefaultRestoreMemory = "8Mi"
 
 // DefaultRestoreBudget is --restore-memory's default for a Go memory limit (math.MaxInt64:
-// none): a sixteenth of the limit, as restores' heap is about 7 times their snapshots' content
-// and the collector needs room above it; without a limit, DefaultRestoreMemory.
+// none): a sixteenth of the limit, as restores' live heap is about 3.5 times their snapshots'
+// content and the collector needs as much again above it (restores then take under half the
+// limit); without a limit, DefaultRestoreMemory.
 func DefaultRestoreBudget(goMemLimit int64) int64 {
 	if goMemLimit > 0 && goMemLimit < math.MaxInt64 {
 		return max(goMemLimit/16, 1<<20)
