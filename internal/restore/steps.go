@@ -765,9 +765,9 @@ func (r *restorer) restoreEntries(ctx context.Context, entries []*entry) error {
 
 // unchanged says whether live already equals the object desiredFrom would make of snap, as
 // put decides it, without any request: when an owner's live UID is not known yet, it says
-// no and leaves the decision to desiredFrom and put.
+// no and leaves the decision to desiredFrom and put. snap is the caller's own decoded copy
+// (entry.object): its ownerReferences are remapped in place.
 func (r *restorer) unchanged(snap, live *unstructured.Unstructured) bool {
-	desired := snap
 	if refs := snap.GetOwnerReferences(); len(refs) > 0 {
 		for i, ref := range refs {
 			uid, ok := r.liveUID(ref.UID)
@@ -776,14 +776,9 @@ func (r *restorer) unchanged(snap, live *unstructured.Unstructured) bool {
 			}
 			refs[i].UID = uid
 		}
-		// desiredFrom's object, sharing everything but the metadata with snap.
-		desired = &unstructured.Unstructured{Object: maps.Clone(snap.Object)}
-		if md, ok := snap.Object["metadata"].(map[string]any); ok {
-			desired.Object["metadata"] = maps.Clone(md)
-		}
-		desired.SetOwnerReferences(refs)
+		snap.SetOwnerReferences(refs)
 	}
-	return r.cmp.Equal(desired, live) && ownerUIDsEqual(desired, live)
+	return r.cmp.Equal(snap, live) && ownerUIDsEqual(snap, live)
 }
 
 // restoreAssociated fully replaces the associated resources (operator Deployments and
