@@ -46,11 +46,6 @@ again after an interruption and it resumes. Restoring twice changes nothing the 
 			if snap.Spec.Cluster != cluster && snap.Status.ClusterID != mc.Status.ClusterID {
 				return fmt.Errorf("snapshot %s was taken on cluster %s (ID %s), not %s: restoring it elsewhere is not supported", snap.Name, snap.Spec.Cluster, snap.Status.ClusterID, cluster)
 			}
-			hdr, entries, closer, err := hub.Stream(ctx, snap)
-			if err != nil {
-				return fmt.Errorf("snapshot %s cannot be restored: %w", snap.Name, err)
-			}
-			defer closer.Close()
 			mcl := cl.Client
 			// The release installed now: its Deployments are quiesced, its extra objects reported.
 			var current []*unstructured.Unstructured
@@ -60,6 +55,11 @@ again after an interruption and it resumes. Restoring twice changes nothing the 
 				}
 			}
 			journal := restore.NewConfigMapJournal(mcl, snap.Name)
+			hdr, entries, closer, err := hub.Stream(ctx, snap)
+			if err != nil {
+				return fmt.Errorf("snapshot %s cannot be restored: %w", snap.Name, err)
+			}
+			defer closer.Close()
 			rep, err := restore.Run(ctx, cl, restore.Options{
 				Header: hdr, Entries: entries, Current: current, Prune: prune, Journal: journal,
 				Log: func(f string, a ...any) {

@@ -75,7 +75,8 @@ func (j *MemoryJournal) Complete(_ context.Context, step string) error {
 type Options struct {
 	// Header and Entries are the snapshot's content. Run reads Entries once, when it starts,
 	// and keeps each entry compact (see entry), not decoded: a stream (snapshot.Hub.Stream)
-	// is never held decoded whole. snapshot.EntriesOf serves a decoded snapshot.
+	// is never held decoded whole. A stream reads once: give each Run its own (a used one
+	// would look like an empty snapshot). snapshot.EntriesOf serves a decoded snapshot.
 	Header  snapshot.Header
 	Entries iter.Seq2[snapshot.Entry, error]
 	// Current are the manifests of the release installed now, if known: their Deployments
@@ -244,7 +245,7 @@ func Run(ctx context.Context, cl *member.Cluster, o Options) (*Report, error) {
 		}
 		ce, err := newEntry(e)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%w: %w", ErrSnapshotUnreadable, err)
 		}
 		entries = append(entries, ce)
 		if e.Section == snapshot.SectionCRD {

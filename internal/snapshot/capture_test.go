@@ -217,7 +217,7 @@ func TestCaptureIsDeterministicAndDiffNamesTheChange(t *testing.T) {
 	}
 }
 
-// kindCRD returns a namespaced CRD of group race.example.com with versions v1 and v2. A
+// kindCRD returns a namespaced CRD of group with versions v1 and v2. A
 // broken one stores v1 and does not serve it, so a LIST of its storage version fails (404).
 func kindCRD(group, kind string, broken bool) *unstructured.Unstructured {
 	plural := strings.ToLower(kind) + "s"

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -369,6 +370,18 @@ func (v *verifyingReader) Read(p []byte) (int, error) {
 
 func (v *verifyingReader) Close() error { return v.closer.Close() }
 
+// onceCloser closes c on its first Close only.
+type onceCloser struct {
+	once sync.Once
+	c    io.Closer
+	err  error
+}
+
+func (o *onceCloser) Close() error {
+	o.once.Do(func() { o.err = o.c.Close() })
+	return o.err
+}
+
 // Load reads and verifies every entry of a snapshot (for diff and show).
 func (h *Hub) Load(ctx context.Context, snap *v1alpha1.Snapshot) (Header, []Entry, error) {
 	hdr, all, closer, err := h.Stream(ctx, snap)
@@ -389,7 +402,8 @@ func (h *Hub) Load(ctx context.Context, snap *v1alpha1.Snapshot) (Header, []Entr
 // Stream opens a snapshot for reading entry by entry, so that a reader that keeps less than
 // the decoded entries (a restore) never holds them all: its header, and its entries decoded
 // one at a time as they are read. Once the last entry is read, the payload's checksum is
-// verified: a mismatch is the iterator's last error. Close the closer when done.
+// verified (a mismatch is the iterator's last error) and the payload is closed. The entries
+// can be read once. Close the closer when done (again after a full read is harmless).
 func (h *Hub) Stream(ctx context.Context, snap *v1alpha1.Snapshot) (Header, iter.Seq2[Entry, error], io.Closer, error) {
 	rc, err := h.Open(ctx, snap)
 	if err != nil {
@@ -400,18 +414,22 @@ func (h *Hub) Stream(ctx context.Context, snap *v1alpha1.Snapshot) (Header, iter
 		rc.Close()
 		return Header{}, nil, nil, err
 	}
+	closer := &onceCloser{c: rc}
 	all := func(yield func(Entry, error) bool) {
 		for e, err := range d.All() {
 			if !yield(e, err) || err != nil {
 				return
 			}
 		}
-		// The decoder stops at the last line; drain so the checksum is verified.
-		if _, err := io.Copy(io.Discard, rc); err != nil {
+		// The decoder stops at the last line; drain so the checksum is verified. The payload
+		// (a store's connection) is not held for as long as its reader runs.
+		_, err := io.Copy(io.Discard, rc)
+		closer.Close()
+		if err != nil {
 			yield(Entry{}, err)
 		}
 	}
-	return d.Header(), all, rc, nil
+	return d.Header(), all, closer, nil
 }
 
 // Verify decrypts the whole payload of snap, checks it against the recorded checksum and

@@ -56,13 +56,6 @@ func (restoreSnapshot) run(ctx context.Context, x *execution) (time.Duration, er
 			return 0, err
 		}
 	}
-	// Read as the restore goes: it keeps each entry compact, and never holds the snapshot
-	// decoded whole.
-	hdr, entries, closer, err := x.hub().Stream(ctx, snap)
-	if err != nil {
-		return 0, terminalf("snapshot %s cannot be restored: %v", t.Spec.Snapshot, err)
-	}
-	defer closer.Close()
 	// The releases installed now (the one rolled back from, and the one the record names if
 	// the change failed before its Record step): their Deployments are quiesced and their
 	// webhooks neutralized during the restore.
@@ -77,6 +70,13 @@ func (restoreSnapshot) run(ctx context.Context, x *execution) (time.Duration, er
 			current = append(current, objs...)
 		}
 	}
+	// Opened last and read as the restore starts: it keeps each entry compact, and never holds
+	// the snapshot decoded whole (nor an idle store connection while the releases load).
+	hdr, entries, closer, err := x.hub().Stream(ctx, snap)
+	if err != nil {
+		return 0, terminalf("snapshot %s cannot be restored: %v", t.Spec.Snapshot, err)
+	}
+	defer closer.Close()
 	_, err = restore.Run(ctx, x.cl, restore.Options{
 		Header: hdr, Entries: entries, Current: current, Prune: t.Spec.PruneOnRollback,
 		Journal: statusJournal{x},
