@@ -262,16 +262,13 @@ func ReadAll(r io.Reader) (Header, []Entry, error) {
 		return Header{}, nil, err
 	}
 	var out []Entry
-	for {
-		e, err := d.Next()
-		if err == io.EOF {
-			return d.Header(), out, nil
-		}
+	for e, err := range d.All() {
 		if err != nil {
 			return d.Header(), nil, err
 		}
 		out = append(out, e)
 	}
+	return d.Header(), out, nil
 }
 
 // ChecksumOf returns "sha256:<hex>" of a canonical payload.
