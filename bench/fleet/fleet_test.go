@@ -284,6 +284,83 @@ func cpuTimes(p *controllerProcess) map[string]float64 {
 	return out
 }
 
+// cpuSample is the machine's busy CPU seconds and the controller's at one time.
+type cpuSample struct {
+	at               time.Time
+	busy, controller float64
+}
+
+// cpuSampler reads the machine's and the controller's CPU seconds every 100 ms, so that the
+// CPU spent within a window found later (a wave's first start to its last finish) can be
+// read back.
+type cpuSampler struct {
+	mu      sync.Mutex
+	samples []cpuSample
+	stop    chan struct{}
+	done    sync.WaitGroup
+}
+
+func sampleCPU(p *controllerProcess) *cpuSampler {
+	s := &cpuSampler{stop: make(chan struct{})}
+	read := func() {
+		c := cpuSample{at: time.Now(), busy: machineBusy(), controller: p.cpuSeconds()}
+		s.mu.Lock()
+		s.samples = append(s.samples, c)
+		s.mu.Unlock()
+	}
+	read()
+	s.done.Go(func() {
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.stop:
+				read()
+				return
+			case <-t.C:
+				read()
+			}
+		}
+	})
+	return s
+}
+
+// Stop ends the sampling (with one last sample).
+func (s *cpuSampler) Stop() {
+	close(s.stop)
+	s.done.Wait()
+}
+
+// within returns the machine's busy CPU seconds and the controller's between the last sample
+// at or before from and the first at or after to, and that span's length.
+func (s *cpuSampler) within(from, to time.Time) (busy, controller float64, span time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	first, last := s.samples[0], s.samples[len(s.samples)-1]
+	for _, c := range s.samples {
+		if !c.at.After(from) {
+			first = c
+		}
+	}
+	for i := len(s.samples) - 1; i >= 0; i-- {
+		if !s.samples[i].at.Before(to) {
+			last = s.samples[i]
+		}
+	}
+	return last.busy - first.busy, last.controller - first.controller, last.at.Sub(first.at)
+}
+
+// floor formats what a window's CPU work means on this machine: the busy CPU seconds above the
+// idle background, and the shortest wall time they take on its cores, with and without the
+// controller's share, next to the target.
+func floor(s *cpuSampler, from, to time.Time, idleBusy float64, target time.Duration) string {
+	busy, ctrl, span := s.within(from, to)
+	work := busy - idleBusy*span.Seconds()
+	cores := float64(runtime.NumCPU())
+	return fmt.Sprintf("over its %.1f s the machine did %.1f CPU seconds of work above its idle background (the controller %.1f, the simulated clusters and the benchmark %.1f); on %d cores that work takes at least %.1f s, and %.1f s even if the controller used no CPU at all, against the target's %.1f s",
+		span.Seconds(), work, ctrl, work-ctrl, runtime.NumCPU(), work/cores, (work-ctrl)/cores, target.Seconds())
+}
+
 // scaled returns m's values times f.
 func scaled(m map[string]float64, f float64) map[string]float64 {
 	out := make(map[string]float64, len(m))
@@ -558,11 +635,20 @@ func (w *watcher) spans(clusters []string, path string) map[string]time.Duration
 
 // span is the wall time from the first start to the last finish among clusters.
 func (w *watcher) span(clusters []string, path string) time.Duration {
-	var first, last time.Time
+	first, last := w.window(clusters, path)
+	if first.IsZero() {
+		return -1
+	}
+	return last.Sub(first)
+}
+
+// window is the first start and the last finish among clusters (zero times unless every
+// cluster was seen starting and finishing).
+func (w *watcher) window(clusters []string, path string) (first, last time.Time) {
 	for _, c := range clusters {
 		s, f := w.started[c+"/"+path], w.finished[c+"/"+path]
 		if s.IsZero() || f.IsZero() {
-			return -1
+			return time.Time{}, time.Time{}
 		}
 		if first.IsZero() || s.Before(first) {
 			first = s
@@ -571,7 +657,7 @@ func (w *watcher) span(clusters []string, path string) time.Duration {
 			last = f
 		}
 	}
-	return last.Sub(first)
+	return first, last
 }
 
 func phaseIs(release, phase string) func(*v1alpha1.Rollout) bool {
@@ -721,6 +807,8 @@ func BenchmarkFleet(b *testing.B) {
 	cpuBefore, busyBefore, wallBefore := p.cpuSeconds(), machineBusy(), time.Now()
 	timesBefore := cpuTimes(p)
 	stopProfile := p.profileDuring(b, "a", 8)
+	sampler := sampleCPU(p)
+	defer sampler.Stop()
 	stepsBefore := p.stepSeconds(b, "fleet")
 	setRelease(b, hub, ns, "fleet", "mysql-b")
 	w = watch(hub, ns, "fleet")
@@ -732,6 +820,8 @@ func BenchmarkFleet(b *testing.B) {
 	cpuA, busyA, wallA := p.cpuSeconds()-cpuBefore, machineBusy()-busyBefore, time.Since(wallBefore)
 	canary := w.span(names[:1], v1alpha1.PathUpgrade)
 	wave := w.span(names[1:], v1alpha1.PathUpgrade)
+	waveFrom, waveTo := w.window(names[1:], v1alpha1.PathUpgrade)
+	floorA := floor(sampler, waveFrom, waveTo, idleBusy, time.Duration(1.5*float64(canary)))
 	stepsA := stepBreakdown(stepsBefore, p.stepSeconds(b, "fleet"), names[0], names[1:], w.spans(names, v1alpha1.PathUpgrade))
 	statusUpgrade, _ := json.Marshal(upgraded.Status)
 	rssA, anonA := p.resetPeak()
@@ -752,6 +842,7 @@ func BenchmarkFleet(b *testing.B) {
 	reqRollback, memberRollback := reqAfter-reqBefore, perCluster(memberBefore, memberAfter)
 	all := w.span(names, v1alpha1.PathRestore)
 	fromGate := w.phaseAt[v1alpha1.RolloutRolledBack].Sub(w.phaseAt[v1alpha1.RolloutRollingBack])
+	floorB := floor(sampler, w.phaseAt[v1alpha1.RolloutRollingBack], w.phaseAt[v1alpha1.RolloutRolledBack], idleBusy, 2*oneRollback)
 	statusRollback, _ := json.Marshal(rolledBack.Status)
 	rssB, anonB := p.resetPeak()
 
@@ -766,9 +857,11 @@ func BenchmarkFleet(b *testing.B) {
 	fmt.Printf("    idle, with nothing rolling out, the machine is %.0f%% busy: over (a)'s wall time that background is %.1f CPU seconds (%s)\n",
 		100*idleBusy/float64(runtime.NumCPU()), idleBusy*wallA.Seconds(), cpuBreakdown(map[string]float64{}, scaled(idleRates, wallA.Seconds())))
 	fmt.Printf("    seconds in each step during (a), canary / fleet-wave mean / fleet-wave largest: %s\n", stepsA)
+	fmt.Printf("    the fleet wave on this machine: %s\n", floorA)
 	fmt.Printf("(b) RollbackAll of %d clusters: %s from the failed gate to all restored and healthy (the restores alone: %s); one cluster's rollback, measured the same way: %s (its restore alone: %s); ratio %.2f (target <= 2)\n",
 		members, fromGate.Round(10*time.Millisecond), all.Round(10*time.Millisecond), oneRollback.Round(10*time.Millisecond), oneRestore.Round(10*time.Millisecond), fromGate.Seconds()/oneRollback.Seconds())
 	fmt.Printf("    CPU seconds during (b)'s restores by process: %s\n", breakdownB)
+	fmt.Printf("    the rollback on this machine: %s\n", floorB)
 	var snaps v1alpha1.SnapshotList
 	if err := hub.List(ctx, &snaps, client.InNamespace(ns)); err != nil {
 		b.Fatal(err)
