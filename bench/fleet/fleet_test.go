@@ -63,10 +63,17 @@ var members = func() int {
 	return 20
 }()
 
+// crsPerMember is the number of MySQLClusters on each member (REWIND_FLEET_CRS, default 200).
+var crsPerMember = func() int {
+	if n, err := strconv.Atoi(os.Getenv("REWIND_FLEET_CRS")); err == nil && n >= 1 {
+		return n
+	}
+	return 200
+}()
+
 const (
-	latency      = 25 * time.Millisecond
-	crsPerMember = 200
-	commit       = "0123456789abcdef0123456789abcdef01234567"
+	latency = 25 * time.Millisecond
+	commit  = "0123456789abcdef0123456789abcdef01234567"
 )
 
 func TestMain(m *testing.M) {
@@ -184,8 +191,9 @@ func startController(b *testing.B) *controllerProcess {
 	return p
 }
 
-// profileDir (REWIND_FLEET_PPROF) receives the controller's CPU profile of (a) and its heap
-// profile at the peak of (b), for `go tool pprof`.
+// profileDir (REWIND_FLEET_PPROF) receives the controller's CPU profile of (a) and of (b), its
+// heap profile at each one's peak, and the CPU profiles of every member's API server and the
+// hub's, for `go tool pprof`.
 var profileDir = os.Getenv("REWIND_FLEET_PPROF")
 
 // fetchProfile saves the controller's pprof endpoint name (with query) to file.
@@ -218,8 +226,13 @@ func (p *controllerProcess) profileDuring(b *testing.B, label string, seconds in
 			b.Logf("cpu profile: %v", err)
 		}
 	})
-	// One member of the fleet wave and the hub: their API servers' own profiles.
-	for name, c := range map[string]*testbed.Cluster{"member": env.Members[len(env.Members)/2], "hub": env.Hub} {
+	// Every member's API server and the hub's: their own profiles (`go tool pprof` merges
+	// the members' when given them all).
+	clusters := map[string]*testbed.Cluster{"hub": env.Hub}
+	for _, m := range env.Members {
+		clusters["member-"+m.Name] = m
+	}
+	for name, c := range clusters {
 		wg.Go(func() {
 			rc, err := rest.RESTClientFor(restConfigForRaw(c.RESTConfig()))
 			if err != nil {
