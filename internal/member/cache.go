@@ -20,6 +20,9 @@ type Cache struct {
 
 	mu       sync.Mutex
 	clusters map[string]cacheEntry
+	// forgets counts Forget calls: a Cluster built while one ran is returned but not kept, as
+	// its member may be the one just forgotten.
+	forgets uint64
 }
 
 type cacheEntry struct {
@@ -39,6 +42,9 @@ func (c *Cache) Get(ctx context.Context, name string) (*Cluster, error) {
 
 // For returns the Cluster of mc.
 func (c *Cache) For(ctx context.Context, mc *v1alpha1.MemberCluster) (*Cluster, error) {
+	c.mu.Lock()
+	forgets := c.forgets
+	c.mu.Unlock()
 	cfg, err := ConfigFor(ctx, c.Hub, mc)
 	if err != nil {
 		// Credentials that are gone or unusable keep no clients (nor their connections); a
@@ -58,6 +64,11 @@ func (c *Cache) For(ctx context.Context, mc *v1alpha1.MemberCluster) (*Cluster, 
 	cl, err := New(mc.Name, cfg)
 	if err != nil {
 		return nil, err
+	}
+	if c.forgets != forgets {
+		// A member was forgotten (deleted, or its credentials dropped) while its Secret was
+		// read: keeping this Cluster could hold a gone member's clients forever.
+		return cl, nil
 	}
 	if c.clusters == nil {
 		c.clusters = map[string]cacheEntry{}
@@ -79,4 +90,5 @@ func (c *Cache) Forget(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.clusters, name)
+	c.forgets++
 }
