@@ -114,7 +114,7 @@ func BenchmarkRestore(b *testing.B) {
 			rawRates = append(rawRates, float64(n)/time.Since(start).Seconds())
 
 			start = time.Now()
-			rep, err := restore.Run(ctx, testenv.Member(b, env.Members[0]), restore.Options{Header: hdr, Entries: snapshot.EntriesOf(entries), Parallelism: 16})
+			rep, err := restore.Run(ctx, testenv.Member(b, env.Members[0]), restore.Options{Header: hdr, Entries: snapshot.RawEntriesOf(entries), Parallelism: 16})
 			if err != nil {
 				b.Fatal(err)
 			}

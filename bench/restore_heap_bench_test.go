@@ -64,19 +64,19 @@ func BenchmarkRestoreHeap(b *testing.B) {
 			runtime.ReadMemStats(&before)
 			var hdr snapshot.Header
 			var entries []snapshot.Entry
-			var all iter.Seq2[snapshot.Entry, error]
+			var all iter.Seq2[snapshot.RawEntry, error]
 			if streamed {
 				d, err := snapshot.NewDecoder(bytes.NewReader(stream))
 				if err != nil {
 					b.Fatal(err)
 				}
-				hdr, all = d.Header(), d.All()
+				hdr, all = d.Header(), d.AllRaw()
 			} else {
 				var err error
 				if hdr, entries, err = snapshot.ReadAll(bytes.NewReader(stream)); err != nil {
 					b.Fatal(err)
 				}
-				all = snapshot.EntriesOf(entries)
+				all = snapshot.RawEntriesOf(entries)
 			}
 			var err error
 			rep, err = restore.Run(ctx, cl, restore.Options{Header: hdr, Entries: all, Parallelism: 16})

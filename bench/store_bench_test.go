@@ -96,7 +96,7 @@ func BenchmarkSnapshotStores(b *testing.B) {
 			b.Fatal(err)
 		}
 		load = time.Since(start)
-		rep, err := restore.Run(ctx, cl, restore.Options{Header: hdr, Entries: snapshot.EntriesOf(entries), Parallelism: 16})
+		rep, err := restore.Run(ctx, cl, restore.Options{Header: hdr, Entries: snapshot.RawEntriesOf(entries), Parallelism: 16})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -55,7 +55,7 @@ again after an interruption and it resumes. Restoring twice changes nothing the 
 				}
 			}
 			journal := restore.NewConfigMapJournal(mcl, snap.Name)
-			hdr, entries, closer, err := hub.Stream(ctx, snap)
+			hdr, entries, closer, err := hub.StreamRaw(ctx, snap)
 			if err != nil {
 				return fmt.Errorf("snapshot %s cannot be restored: %w", snap.Name, err)
 			}

@@ -2,7 +2,6 @@ package restore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"iter"
@@ -74,11 +73,12 @@ func (j *MemoryJournal) Complete(_ context.Context, step string) error {
 // Options say what to restore.
 type Options struct {
 	// Header and Entries are the snapshot's content. Run reads Entries once, when it starts,
-	// and keeps each entry compact (see entry), not decoded: a stream (snapshot.Hub.Stream)
-	// is never held decoded whole. A stream reads once: give each Run its own (a used one
-	// would look like an empty snapshot). snapshot.EntriesOf serves a decoded snapshot.
+	// and keeps each entry compact (see entry), as its JSON: a stream
+	// (snapshot.Hub.StreamRaw) is never decoded whole. A stream reads once: give each Run its
+	// own (a used one would look like an empty snapshot). snapshot.RawEntriesOf serves a
+	// decoded snapshot.
 	Header  snapshot.Header
-	Entries iter.Seq2[snapshot.Entry, error]
+	Entries iter.Seq2[snapshot.RawEntry, error]
 	// Current are the manifests of the release installed now, if known: their Deployments
 	// are quiesced and their webhooks neutralized too, and what they define that the snapshot
 	// lacks is reported as created since the snapshot.
@@ -234,7 +234,7 @@ func Run(ctx context.Context, cl *member.Cluster, o Options) (*Report, error) {
 		o.Log = func(string, ...any) {}
 	}
 	if o.Entries == nil {
-		o.Entries = snapshot.EntriesOf(nil)
+		o.Entries = snapshot.RawEntriesOf(nil)
 	}
 	// The restore holds the snapshot compact, not decoded (see entry).
 	var entries []*entry
@@ -249,7 +249,11 @@ func Run(ctx context.Context, cl *member.Cluster, o Options) (*Report, error) {
 		}
 		entries = append(entries, ce)
 		if e.Section == snapshot.SectionCRD {
-			crds = append(crds, e.Object)
+			crd, err := ce.object()
+			if err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrSnapshotUnreadable, err)
+			}
+			crds = append(crds, crd)
 		}
 	}
 	o.Entries = nil // read once
@@ -336,14 +340,24 @@ type entry struct {
 	raw       []byte
 }
 
-func newEntry(e snapshot.Entry) (*entry, error) {
-	raw, err := json.Marshal(e.Object.Object)
-	if err != nil {
-		return nil, fmt.Errorf("snapshot entry %s: %w", keyOf(e.Object), err)
+func newEntry(e snapshot.RawEntry) (*entry, error) {
+	var m struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Metadata   struct {
+			Name            string                  `json:"name"`
+			Namespace       string                  `json:"namespace"`
+			UID             types.UID               `json:"uid"`
+			OwnerReferences []metav1.OwnerReference `json:"ownerReferences"`
+		} `json:"metadata"`
+	}
+	// Case-sensitive, as the API machinery reads objects.
+	if err := utiljson.Unmarshal(e.Object, &m); err != nil {
+		return nil, fmt.Errorf("snapshot entry in section %s: %w", e.Section, err)
 	}
 	return &entry{
-		section: e.Section, gvk: e.Object.GroupVersionKind(), namespace: e.Object.GetNamespace(), name: e.Object.GetName(),
-		uid: e.Object.GetUID(), owners: e.Object.GetOwnerReferences(), raw: raw,
+		section: e.Section, gvk: schema.FromAPIVersionAndKind(m.APIVersion, m.Kind), namespace: m.Metadata.Namespace, name: m.Metadata.Name,
+		uid: m.Metadata.UID, owners: m.Metadata.OwnerReferences, raw: e.Object,
 	}, nil
 }
 

@@ -268,7 +268,7 @@ func resourceOf(gvk schema.GroupVersionKind) schema.GroupVersionResource {
 func run(t *testing.T, h snapshot.Header, entries []snapshot.Entry, j restore.Journal, stopAfter string) (*restore.Report, error) {
 	t.Helper()
 	return restore.Run(t.Context(), testenv.Member(t, env.Members[0]), restore.Options{
-		Header: h, Entries: snapshot.EntriesOf(entries), Current: manifests(), Journal: j, StopAfter: stopAfter,
+		Header: h, Entries: snapshot.RawEntriesOf(entries), Current: manifests(), Journal: j, StopAfter: stopAfter,
 	})
 }
 
@@ -379,7 +379,7 @@ func TestRestore(t *testing.T) {
 			t.Fatalf("the replaced Service should have an allocated cluster IP, has %q", ip)
 		}
 		rep, err := restore.Run(t.Context(), testenv.Member(t, env.Members[0]), restore.Options{
-			Header: h, Entries: snapshot.EntriesOf(entries), Current: manifests(), Prune: true,
+			Header: h, Entries: snapshot.RawEntriesOf(entries), Current: manifests(), Prune: true,
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -424,7 +424,7 @@ func TestRestore(t *testing.T) {
 	t.Run("reads a kind only in the namespaces the snapshot holds", func(t *testing.T) {
 		mutate(t, 200)
 		cl, reads := testenv.RecordingMember(t, env.Members[0])
-		if _, err := restore.Run(t.Context(), cl, restore.Options{Header: h, Entries: snapshot.EntriesOf(entries), Current: manifests()}); err != nil {
+		if _, err := restore.Run(t.Context(), cl, restore.Options{Header: h, Entries: snapshot.RawEntriesOf(entries), Current: manifests()}); err != nil {
 			t.Fatal(err)
 		}
 		assertRestored(t, entries)
@@ -445,13 +445,13 @@ func TestRestore(t *testing.T) {
 	// written to the cluster: a snapshot that fails midway restores nothing.
 	t.Run("a snapshot that cannot be read to its end touches nothing", func(t *testing.T) {
 		broken := errors.New("payload checksum mismatch")
-		half := func(yield func(snapshot.Entry, error) bool) {
-			for _, e := range entries[:len(entries)/2] {
-				if !yield(e, nil) {
+		half := func(yield func(snapshot.RawEntry, error) bool) {
+			for e, err := range snapshot.RawEntriesOf(entries[:len(entries)/2]) {
+				if !yield(e, err) {
 					return
 				}
 			}
-			yield(snapshot.Entry{}, broken)
+			yield(snapshot.RawEntry{}, broken)
 		}
 		cl, reads := testenv.RecordingMember(t, env.Members[0])
 		_, err := restore.Run(t.Context(), cl, restore.Options{Header: h, Entries: half, Current: manifests()})

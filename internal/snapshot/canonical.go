@@ -229,10 +229,15 @@ func (d *Decoder) internAll(v any) {
 
 // All yields the decoder's remaining entries in order, decoded one at a time; an error ends
 // it.
-func (d *Decoder) All() iter.Seq2[Entry, error] {
-	return func(yield func(Entry, error) bool) {
+func (d *Decoder) All() iter.Seq2[Entry, error] { return entries(d, (*Decoder).Next) }
+
+// AllRaw is All with the objects left as their JSON (see NextRaw).
+func (d *Decoder) AllRaw() iter.Seq2[RawEntry, error] { return entries(d, (*Decoder).NextRaw) }
+
+func entries[E any](d *Decoder, next func(*Decoder) (E, error)) iter.Seq2[E, error] {
+	return func(yield func(E, error) bool) {
 		for {
-			e, err := d.Next()
+			e, err := next(d)
 			if err == io.EOF {
 				return
 			}
@@ -243,12 +248,47 @@ func (d *Decoder) All() iter.Seq2[Entry, error] {
 	}
 }
 
-// EntriesOf yields the entries of a decoded snapshot, for what reads entries one at a time
-// (restore.Options.Entries).
-func EntriesOf(entries []Entry) iter.Seq2[Entry, error] {
-	return func(yield func(Entry, error) bool) {
+// RawEntry is one captured object as its payload line holds it: the object's JSON, not
+// decoded, for readers that keep objects compact (a restore decodes an object only when it
+// compares or writes it).
+type RawEntry struct {
+	Section string
+	Object  json.RawMessage
+}
+
+// NextRaw returns the next entry without decoding its object, or io.EOF after the last. The
+// line is checked to be valid JSON holding an object.
+func (d *Decoder) NextRaw() (RawEntry, error) {
+	if !d.sc.Scan() {
+		if err := d.sc.Err(); err != nil {
+			return RawEntry{}, err
+		}
+		return RawEntry{}, io.EOF
+	}
+	d.line++
+	var raw struct {
+		Section string          `json:"section"`
+		Object  json.RawMessage `json:"object"` // a copy: the scanner reuses its buffer
+	}
+	if err := json.Unmarshal(d.sc.Bytes(), &raw); err != nil {
+		return RawEntry{}, fmt.Errorf("snapshot payload line %d: %w", d.line, err)
+	}
+	if len(raw.Object) == 0 || raw.Object[0] != '{' {
+		return RawEntry{}, fmt.Errorf("snapshot payload line %d has no object", d.line)
+	}
+	return RawEntry{Section: raw.Section, Object: raw.Object}, nil
+}
+
+// RawEntriesOf yields the entries of a decoded snapshot as raw entries, for what reads them
+// one at a time (restore.Options.Entries).
+func RawEntriesOf(entries []Entry) iter.Seq2[RawEntry, error] {
+	return func(yield func(RawEntry, error) bool) {
 		for _, e := range entries {
-			if !yield(e, nil) {
+			b, err := json.Marshal(e.Object)
+			if err != nil {
+				err = fmt.Errorf("snapshot entry %s/%s %s: %w", e.Object.GetNamespace(), e.Object.GetName(), e.Object.GroupVersionKind().Kind, err)
+			}
+			if !yield(RawEntry{Section: e.Section, Object: b}, err) || err != nil {
 				return
 			}
 		}

@@ -57,3 +57,72 @@ func TestDecoderInternsStringsAndDecodesAsBefore(t *testing.T) {
 		t.Error("a long value is interned")
 	}
 }
+
+// The raw decoder yields each entry's section and its object's JSON as the payload holds it
+// (decoding it gives what Next gives), and refuses a line that is not JSON or holds no object.
+func TestDecoderRawEntries(t *testing.T) {
+	header := `{"format":"` + Format + `","clusterID":"c","operator":"op"}`
+	good := []string{
+		`{"object":{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","uid":"u1"},"data":{"n":"12345678901234567890"}},"section":"associated"}`,
+		`{"object":{"apiVersion":"db.example.com/v1","kind":"DB","metadata":{"name":"b","namespace":"x","ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"a","uid":"u1"}]},"spec":{"size":9007199254740993}},"section":"cr"}`,
+	}
+	payload := header + "\n" + strings.Join(good, "\n") + "\n"
+	_, decoded, err := ReadAll(strings.NewReader(payload))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := NewDecoder(strings.NewReader(payload))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raws []RawEntry
+	for e, err := range d.AllRaw() {
+		if err != nil {
+			t.Fatal(err)
+		}
+		raws = append(raws, e)
+	}
+	if len(raws) != len(good) {
+		t.Fatalf("%d raw entries, want %d", len(raws), len(good))
+	}
+	for i, e := range raws {
+		var got map[string]any
+		if err := utiljson.Unmarshal(e.Object, &got); err != nil {
+			t.Fatal(err)
+		}
+		if e.Section != decoded[i].Section || !reflect.DeepEqual(got, decoded[i].Object.Object) {
+			t.Errorf("raw entry %d is %s %s, want %s %#v", i, e.Section, e.Object, decoded[i].Section, decoded[i].Object.Object)
+		}
+	}
+	// RawEntriesOf gives the same objects for a decoded snapshot.
+	i := 0
+	for e, err := range RawEntriesOf(decoded) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got map[string]any
+		if err := utiljson.Unmarshal(e.Object, &got); err != nil {
+			t.Fatal(err)
+		}
+		if e.Section != decoded[i].Section || !reflect.DeepEqual(got, decoded[i].Object.Object) {
+			t.Errorf("RawEntriesOf entry %d is %s %s", i, e.Section, e.Object)
+		}
+		i++
+	}
+
+	for _, bad := range []struct{ line, want string }{
+		{`{"object":{"kind":"ConfigMap"`, "line 2"},
+		{`{"section":"cr"}`, "line 2 has no object"},
+		{`{"section":"cr","object":null}`, "line 2 has no object"},
+		{`{"section":"cr","object":[1]}`, "line 2 has no object"},
+	} {
+		d, err := NewDecoder(strings.NewReader(header + "\n" + bad.line + "\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = d.NextRaw()
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("NextRaw of %s: %v, want an error naming %q", bad.line, err, bad.want)
+		}
+	}
+}

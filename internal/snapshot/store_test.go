@@ -301,7 +301,7 @@ func TestCorruptedPayloadInBucketIsRefused(t *testing.T) {
 		t.Fatalf("load of a corrupted payload: %v", err)
 	}
 	// A restore reads it as a stream, to its end, before it writes anything: the stream's
-	// last word is the mismatch.
+	// last word is the mismatch, whether entries are decoded or left raw (a restore's read).
 	_, all, closer, err := hub.Stream(t.Context(), snap)
 	if err == nil {
 		defer closer.Close()
@@ -312,7 +312,19 @@ func TestCorruptedPayloadInBucketIsRefused(t *testing.T) {
 		}
 	}
 	if !errors.Is(err, payload.ErrCorrupted) {
-		t.Fatalf("streaming (restore's read) a corrupted payload: %v", err)
+		t.Fatalf("streaming a corrupted payload: %v", err)
+	}
+	_, raw, rawCloser, err := hub.StreamRaw(t.Context(), snap)
+	if err == nil {
+		defer rawCloser.Close()
+		for _, e := range raw {
+			if e != nil {
+				err = e
+			}
+		}
+	}
+	if !errors.Is(err, payload.ErrCorrupted) {
+		t.Fatalf("streaming raw (restore's read) a corrupted payload: %v", err)
 	}
 	got := &v1alpha1.Snapshot{}
 	if err := c.Get(context.Background(), client.ObjectKeyFromObject(snap), got); err != nil {

@@ -400,11 +400,21 @@ func (h *Hub) Load(ctx context.Context, snap *v1alpha1.Snapshot) (Header, []Entr
 }
 
 // Stream opens a snapshot for reading entry by entry, so that a reader that keeps less than
-// the decoded entries (a restore) never holds them all: its header, and its entries decoded
-// one at a time as they are read. Once the last entry is read, the payload's checksum is
-// verified (a mismatch is the iterator's last error) and the payload is closed. The entries
-// can be read once. Close the closer when done (again after a full read is harmless).
+// the decoded entries never holds them all: its header, and its entries decoded one at a time
+// as they are read. Once the last entry is read, the payload's checksum is verified (a
+// mismatch is the iterator's last error) and the payload is closed. The entries can be read
+// once. Close the closer when done (again after a full read is harmless).
 func (h *Hub) Stream(ctx context.Context, snap *v1alpha1.Snapshot) (Header, iter.Seq2[Entry, error], io.Closer, error) {
+	return stream(ctx, h, snap, (*Decoder).Next)
+}
+
+// StreamRaw is Stream with the entries' objects left as their JSON (a restore keeps them so
+// and decodes an object when it compares or writes it).
+func (h *Hub) StreamRaw(ctx context.Context, snap *v1alpha1.Snapshot) (Header, iter.Seq2[RawEntry, error], io.Closer, error) {
+	return stream(ctx, h, snap, (*Decoder).NextRaw)
+}
+
+func stream[E any](ctx context.Context, h *Hub, snap *v1alpha1.Snapshot, next func(*Decoder) (E, error)) (Header, iter.Seq2[E, error], io.Closer, error) {
 	rc, err := h.Open(ctx, snap)
 	if err != nil {
 		return Header{}, nil, nil, err
@@ -415,8 +425,8 @@ func (h *Hub) Stream(ctx context.Context, snap *v1alpha1.Snapshot) (Header, iter
 		return Header{}, nil, nil, err
 	}
 	closer := &onceCloser{c: rc}
-	all := func(yield func(Entry, error) bool) {
-		for e, err := range d.All() {
+	all := func(yield func(E, error) bool) {
+		for e, err := range entries(d, next) {
 			if !yield(e, err) || err != nil {
 				return
 			}
@@ -426,7 +436,8 @@ func (h *Hub) Stream(ctx context.Context, snap *v1alpha1.Snapshot) (Header, iter
 		_, err := io.Copy(io.Discard, rc)
 		closer.Close()
 		if err != nil {
-			yield(Entry{}, err)
+			var zero E
+			yield(zero, err)
 		}
 	}
 	return d.Header(), all, closer, nil

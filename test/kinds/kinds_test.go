@@ -448,7 +448,7 @@ func TestEveryKind(t *testing.T) {
 
 	// Restore: every object back exactly; the immutable field by a recreate; the Gizmo and
 	// its child recreated, the child owned by the new Gizmo; what was added since pruned.
-	rep, err := restore.Run(ctx, cl, restore.Options{Header: hdr, Entries: snapshot.EntriesOf(entries), Current: append(v2, extra), Prune: true})
+	rep, err := restore.Run(ctx, cl, restore.Options{Header: hdr, Entries: snapshot.RawEntriesOf(entries), Current: append(v2, extra), Prune: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -485,7 +485,7 @@ func TestEveryKind(t *testing.T) {
 	}
 
 	// Restoring again writes nothing.
-	again, err := restore.Run(ctx, cl, restore.Options{Header: hdr, Entries: snapshot.EntriesOf(entries), Current: v1, Prune: true})
+	again, err := restore.Run(ctx, cl, restore.Options{Header: hdr, Entries: snapshot.RawEntriesOf(entries), Current: v1, Prune: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,7 +72,7 @@ func (restoreSnapshot) run(ctx context.Context, x *execution) (time.Duration, er
 	}
 	// Opened last and read as the restore starts: it keeps each entry compact, and never holds
 	// the snapshot decoded whole (nor an idle store connection while the releases load).
-	hdr, entries, closer, err := x.hub().Stream(ctx, snap)
+	hdr, entries, closer, err := x.hub().StreamRaw(ctx, snap)
 	if err != nil {
 		return 0, terminalf("snapshot %s cannot be restored: %v", t.Spec.Snapshot, err)
 	}
