@@ -42,6 +42,9 @@ generate: ## Regenerate deepcopy code, CRDs and RBAC (controller-gen) into api/ 
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 	$(GO) tool controller-gen rbac:roleName=rewind-controller-namespace paths=./internal/rbac/... \
 		output:rbac:artifacts:config=config/rbac/namespace
+	@# config/crd lists every generated CRD (rewind install and config/default render it).
+	{ sed -n '1,/^resources:/p' config/crd/kustomization.yaml; for f in config/crd/bases/*.yaml; do echo "- bases/$${f##*/}"; done; } > config/crd/kustomization.yaml.new
+	mv config/crd/kustomization.yaml.new config/crd/kustomization.yaml
 	@# The Helm chart carries copies of the generated CRDs and roles and of the alerts.
 	rm -f charts/rewind/files/crds/*.yaml
 	cp config/crd/bases/*.yaml charts/rewind/files/crds/

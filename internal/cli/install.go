@@ -50,16 +50,21 @@ to the hub with dryRun=All: the hub validates and authorizes it and stores nothi
 			if err != nil {
 				return err
 			}
-			if err := install.Apply(cmd.Context(), c, objs, install.ApplyOptions{DryRun: dryRun}); err != nil {
-				return err
-			}
 			out := cmd.OutOrStdout()
 			suffix := ""
 			if dryRun {
 				suffix = " (server dry run: nothing stored)"
 			}
-			for _, u := range objs {
-				fmt.Fprintf(out, "applied %s %s%s\n", u.GetKind(), objectKey(u), suffix)
+			report := func(u *unstructured.Unstructured, validated bool) {
+				if validated {
+					fmt.Fprintf(out, "applied %s %s%s\n", u.GetKind(), objectKey(u), suffix)
+					return
+				}
+				fmt.Fprintf(out, "not validated %s %s: namespace %s does not exist yet (the install creates it; a dry run cannot)\n",
+					u.GetKind(), objectKey(u), u.GetNamespace())
+			}
+			if err := install.Apply(cmd.Context(), c, objs, install.ApplyOptions{DryRun: dryRun, Report: report}); err != nil {
+				return err
 			}
 			if dryRun {
 				return nil

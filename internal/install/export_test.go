@@ -12,8 +12,10 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/rand"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -73,7 +75,7 @@ func TestInstallExportAppliesWithServerDryRun(t *testing.T) {
 			t.Errorf("server dry run of %s %s: %v", u.GetKind(), u.GetName(), err)
 		}
 	}
-	for kind, n := range map[string]int{"CustomResourceDefinition": 5, "Namespace": 1, "ServiceAccount": 1, "ClusterRole": 3, "Role": 1,
+	for kind, n := range map[string]int{"CustomResourceDefinition": 7, "Namespace": 1, "ServiceAccount": 1, "ClusterRole": 3, "Role": 1,
 		"ClusterRoleBinding": 1, "RoleBinding": 2, "Deployment": 1, "Service": 1, "PodDisruptionBudget": 1} {
 		if kinds[kind] != n {
 			t.Errorf("rewind install --export printed %d %s, want %d (all: %v)", kinds[kind], kind, n, kinds)
@@ -110,6 +112,49 @@ func TestInstallExportAppliesWithServerDryRun(t *testing.T) {
 		if k := u.GetKind(); k != "CustomResourceDefinition" && k != "Namespace" {
 			t.Errorf("--crds-only exported %s %s", k, u.GetName())
 		}
+	}
+}
+
+// A dry run on a new hub: the namespace the install creates does not exist yet, so what goes
+// into it cannot be sent (the API server refuses an object in a missing namespace, even in a
+// dry run). It is reported as not validated, and the dry run goes on; an object in a missing
+// namespace the install does not create is still an error.
+func TestDryRunIntoANamespaceTheInstallCreates(t *testing.T) {
+	ctx := t.Context()
+	c := testenv.HubClient(t, env.Hub.RESTConfig())
+	ns := "rewind-new-" + rand.String(6)
+	obj := func(apiVersion, kind, namespace, name string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{}
+		u.SetAPIVersion(apiVersion)
+		u.SetKind(kind)
+		u.SetNamespace(namespace)
+		u.SetName(name)
+		return u
+	}
+	sa := obj("v1", "ServiceAccount", ns, "rewind-controller")
+	objs := []*unstructured.Unstructured{obj("v1", "Namespace", "", ns), sa, obj("rbac.authorization.k8s.io/v1", "ClusterRole", "", ns+"-role")}
+	validated, skipped := map[string]bool{}, map[string]bool{}
+	err := install.Apply(ctx, c, objs, install.ApplyOptions{DryRun: true, Report: func(u *unstructured.Unstructured, ok bool) {
+		if ok {
+			validated[u.GetKind()] = true
+		} else {
+			skipped[u.GetKind()] = true
+		}
+	}})
+	if err != nil {
+		t.Fatalf("a dry run into a namespace it creates: %v", err)
+	}
+	if !validated["Namespace"] || !validated["ClusterRole"] || validated["ServiceAccount"] || !skipped["ServiceAccount"] {
+		t.Errorf("validated %v, not validated %v; want the ServiceAccount alone not validated", validated, skipped)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Name: ns}, &corev1.Namespace{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the dry run created namespace %s (get: %v)", ns, err)
+	}
+
+	// A namespace nothing creates is the user's to fix: the API server's NotFound.
+	err = install.Apply(ctx, c, []*unstructured.Unstructured{sa}, install.ApplyOptions{DryRun: true})
+	if !apierrors.IsNotFound(err) {
+		t.Errorf("a dry run into a missing namespace: %v, want NotFound", err)
 	}
 }
 

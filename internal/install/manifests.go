@@ -7,6 +7,8 @@ import (
 	"path"
 	"slices"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -165,7 +167,12 @@ func toUnstructured(obj runtime.Object) (*unstructured.Unstructured, error) {
 type ApplyOptions struct {
 	// DryRun sends every request with dryRun=All: the API server validates, admits and
 	// authorizes it (as kubectl apply --server-side --dry-run=server) and stores nothing.
+	// An object in a namespace that does not exist yet but that objs create (rewind-system on
+	// a new hub) cannot be sent: a dry run creates no namespace. It is reported unvalidated.
 	DryRun bool
+	// Report, when set, is told of each object once it is applied (or validated by a dry
+	// run), or, in a dry run, skipped because its namespace is yet to be created.
+	Report func(u *unstructured.Unstructured, validated bool)
 }
 
 // Apply applies objs to the hub with server-side apply, in order, and waits until the CRDs
@@ -175,13 +182,32 @@ func Apply(ctx context.Context, c client.Client, objs []*unstructured.Unstructur
 	if o.DryRun {
 		w = client.NewDryRunClient(c)
 	}
+	report := o.Report
+	if report == nil {
+		report = func(*unstructured.Unstructured, bool) {}
+	}
+	newNamespaces := map[string]bool{} // created by objs, in a dry run: not there yet
 	var crds []*unstructured.Unstructured
 	for _, u := range objs {
+		if o.DryRun && u.GetNamespace() != "" && newNamespaces[u.GetNamespace()] {
+			report(u, false)
+			continue
+		}
 		if err := apply.Apply(ctx, w, u); err != nil {
 			return err
 		}
+		report(u, true)
 		if u.GetKind() == "CustomResourceDefinition" {
 			crds = append(crds, u)
+		}
+		if o.DryRun && u.GetAPIVersion() == "v1" && u.GetKind() == "Namespace" {
+			err := c.Get(ctx, client.ObjectKey{Name: u.GetName()}, &corev1.Namespace{})
+			switch {
+			case apierrors.IsNotFound(err):
+				newNamespaces[u.GetName()] = true
+			case err != nil:
+				return fmt.Errorf("reading namespace %s: %w", u.GetName(), err)
+			}
 		}
 	}
 	if o.DryRun || len(crds) == 0 {

@@ -84,6 +84,20 @@ func TestConfigDefault(t *testing.T) {
 		}
 	}
 
+	// Every CRD the controller watches, as generated into config/crd/bases: a hub installed
+	// without one makes the controller exit when its informer cannot sync.
+	crds, err := install.CRDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(crds) < 7 {
+		t.Fatalf("%d CRDs are embedded from config/crd/bases, want every rewind.dev kind (7 or more)", len(crds))
+	}
+	for _, crd := range crds {
+		if find(objs, "CustomResourceDefinition", "", crd.GetName()) == nil {
+			t.Errorf("config/default has no CRD %s (list it in config/crd/kustomization.yaml: make generate does)", crd.GetName())
+		}
+	}
 	for _, want := range []struct{ kind, ns, name string }{
 		{"Namespace", "", rbac.SystemNamespace},
 		{"CustomResourceDefinition", "", "rollouts.rewind.dev"},
