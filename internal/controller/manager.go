@@ -4,10 +4,16 @@ package controller
 import (
 	"context"
 	"fmt"
+	"reflect"
+	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/discovery"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -114,6 +120,9 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if len(secretNamespaces) == 0 {
 		secretNamespaces[DefaultSystemNamespace] = cache.Config{}
 	}
+	if err := checkCRDs(cfg); err != nil {
+		return nil, err
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        Scheme,
 		Metrics:                       metricsOpts,
@@ -147,6 +156,42 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		return nil, err
 	}
 	return mgr, nil
+}
+
+// checkCRDs fails when the hub does not serve every rewind.dev kind this controller watches:
+// without one, the controller would only exit minutes later, when that kind's informer gives
+// up syncing. A hub that cannot be asked is left to the manager's own errors.
+func checkCRDs(cfg *rest.Config) error {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("creating a discovery client for the hub: %w", err)
+	}
+	served := map[string]bool{}
+	list, err := dc.ServerResourcesForGroupVersion(v1alpha1.GroupVersion.String())
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return nil
+	default:
+		for _, r := range list.APIResources {
+			served[r.Kind] = true
+		}
+	}
+	var missing []string
+	for gvk, typ := range Scheme.AllKnownTypes() {
+		if gvk.GroupVersion() != v1alpha1.GroupVersion || served[gvk.Kind] {
+			continue
+		}
+		if _, ok := reflect.New(typ).Interface().(metav1.Object); ok { // not lists, nor options
+			missing = append(missing, gvk.Kind)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	slices.Sort(missing)
+	return fmt.Errorf("the hub does not serve %s %s: install rewind's CRDs first (rewind install --crds-only, or kubectl apply --server-side -k config/crd)",
+		v1alpha1.GroupVersion, strings.Join(missing, ", "))
 }
 
 // LeaderElectionID names the leader-election Lease.
