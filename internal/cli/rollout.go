@@ -424,12 +424,18 @@ func newRetryCommand(h *hubFlags) *cobra.Command {
 	var output string
 	cmd := &cobra.Command{
 		Use:   "retry NAME",
-		Short: "Attempt again a release that failed and was rolled back",
+		Short: "Attempt again a release that failed and was rolled back, or a rollout that failed",
 		Long: `When a release fails its health gates and the failure policy rolls every changed cluster
 back, the Rollout holds the failure in its status (status.failedRelease) and leaves
 spec.release as it is, so a GitOps tool that owns the spec does not start it again. The release
 is attempted again only when spec.release changes or when a person asks with this command, which
-sets the annotation rewind.dev/retry to a new value (handled once).`,
+sets the annotation rewind.dev/retry to a new value (handled once).
+
+A rollout that ended Failed otherwise (a rollback in which a cluster's restore failed, or a
+change stopped by its failure policy) is retried the same way once its cause is fixed (a
+member's kubeconfig Secret, an unreachable API server): its release is planned again from what
+each cluster runs, so the clusters that failed are restored or changed again and the others are
+left as they are.`,
 		Example: `  rewind retry mysql
   rewind retry mysql -n team-a -o yaml`,
 		Args:              cobra.ExactArgs(1),
@@ -439,11 +445,15 @@ sets the annotation rewind.dev/retry to a new value (handled once).`,
 			if err != nil {
 				return err
 			}
-			var failed string
+			var what string
 			ro, err := updateRollout(cmd.Context(), c, h.ns(), args[0], func(ro *v1alpha1.Rollout) error {
-				failed = ro.Status.FailedRelease
-				if failed == "" {
-					return fmt.Errorf("rollout %s holds no failed release: nothing to retry (phase %s)", ro.Name, dash(ro.Status.Phase))
+				switch {
+				case ro.Status.FailedRelease != "":
+					what = ro.Status.FailedRelease
+				case ro.Status.Phase == v1alpha1.RolloutFailed && ro.Status.CurrentRelease == ro.Spec.Release:
+					what = fmt.Sprintf("revision %d (%s) on the clusters that failed", ro.Status.Revision, ro.Spec.Release)
+				default:
+					return fmt.Errorf("rollout %s holds no failed release and has not failed: nothing to retry (phase %s)", ro.Name, dash(ro.Status.Phase))
 				}
 				if ro.Annotations == nil {
 					ro.Annotations = map[string]string{}
@@ -457,7 +467,7 @@ sets the annotation rewind.dev/retry to a new value (handled once).`,
 			if ok, err := printStructured(cmd.OutOrStdout(), output, ro); ok {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "rollout/%s: retrying %s (watch it: %s rollout status %s --watch)\n", args[0], failed, h.prog, args[0])
+			fmt.Fprintf(cmd.OutOrStdout(), "rollout/%s: retrying %s (watch it: %s rollout status %s --watch)\n", args[0], what, h.prog, args[0])
 			return nil
 		},
 	}

@@ -5,6 +5,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -14,12 +15,15 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/cli"
 	"github.com/rewind-dev/rewind/internal/controller"
 	"github.com/rewind-dev/rewind/internal/controller/target"
 	"github.com/rewind-dev/rewind/internal/snapshot"
@@ -166,6 +170,72 @@ func TestRollbackGoesOnPastAFailedRestore(t *testing.T) {
 	}
 	f.assertEqualsSnapshot(env.Members[0], snaps["member1"])
 	f.assertEqualsSnapshot(env.Members[2], snaps["member3"])
+}
+
+// A rollback whose restore failed on one cluster (its kubeconfig Secret unusable) had no way
+// out: rewind retry refused (no failed release held) and a rollback went forward. Once the
+// cause is fixed, rewind retry plans the release again: the failed cluster is restored and the
+// others are left as they run.
+func TestRetryAfterAFailedRestore(t *testing.T) {
+	f := newFleet(t, []v1alpha1.Wave{{Name: "all", Clusters: []string{"member1", "member2", "member3"}, MaxConcurrency: 3}})
+	startManager(t, f.ns, nil)
+	f.waitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	f.populate()
+	f.setRelease("mysql-b", nil)
+	ro := f.waitPhase("mysql-b", v1alpha1.RolloutSucceeded, 3*time.Minute)
+	snaps := f.snapshotsOf(ro.Status.Revision)
+
+	// member2's kubeconfig Secret becomes unusable (put back whatever happens).
+	c := hub(t)
+	sec := &corev1.Secret{}
+	if err := c.Get(t.Context(), client.ObjectKey{Namespace: "rewind-system", Name: "member2-kubeconfig"}, sec); err != nil {
+		t.Fatal(err)
+	}
+	good := sec.Data["kubeconfig"]
+	setKubeconfig := func(ctx context.Context, data []byte) error {
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			s := &corev1.Secret{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(sec), s); err != nil {
+				return err
+			}
+			s.Data["kubeconfig"] = data
+			return c.Update(ctx, s)
+		})
+	}
+	t.Cleanup(func() { _ = setKubeconfig(context.Background(), good) })
+	if err := setKubeconfig(t.Context(), []byte("not a kubeconfig")); err != nil {
+		t.Fatal(err)
+	}
+	rewind(t, f.ns, "rollback", f.name)
+	ro = f.waitPhase("mysql-a", v1alpha1.RolloutFailed, 3*time.Minute)
+	if p := f.phases(); p["member1"] != v1alpha1.ClusterRolledBack || p["member3"] != v1alpha1.ClusterRolledBack || p["member2"] != v1alpha1.ClusterFailed {
+		t.Fatalf("member2's restore must fail and the others be restored: %v", p)
+	}
+	failedRevision := ro.Status.Revision
+
+	if err := setKubeconfig(t.Context(), good); err != nil {
+		t.Fatal(err)
+	}
+	if out := rewind(t, f.ns, "retry", f.name); !strings.Contains(out, fmt.Sprintf("retrying revision %d (mysql-a) on the clusters that failed", failedRevision)) {
+		t.Errorf("rewind retry:\n%s", out)
+	}
+	ro = f.waitPhase("mysql-a", v1alpha1.RolloutRolledBack, 3*time.Minute)
+	if ro.Status.Revision != failedRevision+1 || ro.Status.PreviousRelease != "mysql-b" {
+		t.Errorf("the retry must be the next revision and keep the release before it: revision %d (failed %d), previous %s", ro.Status.Revision, failedRevision, ro.Status.PreviousRelease)
+	}
+	if p := f.phases(); p["member2"] != v1alpha1.ClusterRolledBack || p["member1"] != v1alpha1.ClusterSucceeded || p["member3"] != v1alpha1.ClusterSucceeded {
+		t.Errorf("the retry must restore member2 alone and leave the others as they run: %v", p)
+	}
+	for _, m := range env.Members {
+		if rec := f.record(m); rec == nil || rec.Release != "mysql-a" {
+			t.Errorf("%s record %+v, want mysql-a", m.Name, rec)
+		}
+		f.assertEqualsSnapshot(m, snaps[m.Name])
+	}
+	// Nothing failed is left to retry.
+	if out, err := cli.Run(t.Context(), "retry", f.name, "--kubeconfig", env.Hub.Kubeconfig, "-n", f.ns); err == nil || !strings.Contains(err.Error(), "nothing to retry") {
+		t.Errorf("a retry of a rolled back rollout: %v\n%s", err, out)
+	}
 }
 
 // The clusters of a wave change at once, each on its own worker: two are in flight together,

@@ -98,6 +98,10 @@ type scope struct {
 	targets map[string]*v1alpha1.RolloutTarget
 	// stalled says a Stalled condition was set by this reconcile.
 	stalled bool
+	// retryFailed says a person asked to retry a revision that ended Failed without a failed
+	// release held (a rollback, or a change under a failure policy that stops): its release
+	// is planned again, so the clusters that failed go on and the others are left as they run.
+	retryFailed bool
 }
 
 // stallError is a problem only a person can fix: it is reported as Stalled, not retried.
@@ -136,6 +140,12 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 	switch {
 	case ro.Status.CurrentRelease != ro.Spec.Release && ro.Status.FailedRelease != ro.Spec.Release:
 		// A new release was asked for (or a retry of one that failed).
+		if err := r.startRevision(ctx, s, ro.Spec.Release, ""); err != nil {
+			return ctrl.Result{}, err
+		}
+	case s.retryFailed:
+		// A retry of a revision that failed: the same release, planned again from what each
+		// cluster runs now.
 		if err := r.startRevision(ctx, s, ro.Spec.Release, ""); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -221,9 +231,17 @@ func (s *scope) handleRequests() {
 	ro := s.ro
 	if v := ro.Annotations[v1alpha1.AnnotationRetry]; v != "" && v != ro.Status.LastHandledRetry {
 		ro.Status.LastHandledRetry = v
-		if ro.Status.FailedRelease != "" {
+		switch {
+		case ro.Status.FailedRelease != "":
 			s.event("Normal", "RetryRequested", "retrying %s, which failed: %s", ro.Status.FailedRelease, ro.Status.FailureReason)
 			ro.Status.FailedRelease, ro.Status.FailureReason = "", ""
+		case ro.Status.Phase == v1alpha1.RolloutFailed && ro.Status.CurrentRelease == ro.Spec.Release:
+			s.retryFailed = true
+			why := ""
+			if c := meta.FindStatusCondition(ro.Status.Conditions, v1alpha1.ConditionStalled); c != nil {
+				why = ": " + c.Message
+			}
+			s.event("Normal", "RetryRequested", "retrying revision %d (%s), which failed%s", ro.Status.Revision, ro.Spec.Release, why)
 		}
 	}
 	if ro.Status.FailedRelease != "" && ro.Status.FailedRelease != ro.Spec.Release {

@@ -112,6 +112,20 @@ func TestPlan(t *testing.T) {
 			want: []TargetPlan{{Cluster: "m1", Path: restore, FromRelease: "b", ToRelease: "a", Snapshot: "ro-m1-r4"}},
 		},
 		{
+			// rewind retry of a rollback that ended Failed: the same release is planned again.
+			name: "a retry of a rollback restores a cluster whose restore failed before changing anything, and leaves a restored one",
+			in: PlanInput{Release: "a", PrevRelease: "a", Clusters: []WaveCluster{{Name: "m1"}, {Name: "m2"}},
+				Previous: map[string]Previous{
+					"m1": {Path: restore, Phase: v1alpha1.ClusterRolledBack, Step: target.StepDone, FromRelease: "b", ToRelease: "a", Snapshot: "ro-m1-r4"},
+					"m2": {Path: restore, Phase: v1alpha1.ClusterFailed, Step: target.FirstStep(restore), FromRelease: "b", ToRelease: "a", Snapshot: "ro-m2-r4"},
+				},
+				Snapshots: []SnapshotRef{{Name: "ro-m1-r4", Cluster: "m1", Release: "a", CapturedAt: t0}, {Name: "ro-m2-r4", Cluster: "m2", Release: "a", CapturedAt: t0}}},
+			want: []TargetPlan{
+				{Cluster: "m1", Path: none, FromRelease: "a", ToRelease: "a", Message: "already runs a"},
+				{Cluster: "m2", Path: restore, FromRelease: "b", ToRelease: "a", Snapshot: "ro-m2-r4"},
+			},
+		},
+		{
 			name: "a retry of a release keeps the clusters that run it and upgrades the others",
 			in: PlanInput{Release: "b", PrevRelease: "a", Clusters: []WaveCluster{{Name: "m1"}, {Name: "m2"}},
 				Previous: map[string]Previous{

@@ -103,7 +103,11 @@ func (r *Reconciler) startRevision(ctx context.Context, s *scope, rel, automatic
 		ro.Status.LastRollbackReason = ro.Annotations[v1alpha1.AnnotationRollbackReason]
 		metrics.Rollbacks.WithLabelValues(ro.Namespace, ro.Name, v1alpha1.ReasonManualRollback).Inc()
 	}
-	ro.Status.PreviousRelease = ro.Status.CurrentRelease
+	if rel != ro.Status.CurrentRelease {
+		// A retry of the same release keeps the release before it: a failure policy rolls
+		// back to it, and rewind rollback goes back to it.
+		ro.Status.PreviousRelease = ro.Status.CurrentRelease
+	}
 	ro.Status.CurrentRelease = rel
 	ro.Status.CurrentWave = 0
 	ro.Status.BakeStartedAt = nil
