@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sort"
@@ -9,6 +10,9 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/rewind-dev/rewind/api/v1alpha1"
 
 	"github.com/rewind-dev/rewind/internal/member"
 	"github.com/rewind-dev/rewind/internal/release"
@@ -26,7 +30,8 @@ webhooks neutralized), CRDs return to the snapshot's storage version (every CR i
 status.storedVersions trimmed; a CRD is never deleted), custom resources and associated
 resources are replaced from the snapshot (UIDs kept, ownerReferences remapped to live owners),
 objects created since the snapshot are kept and listed (deleted with --prune), and the
-operator's Deployments and webhooks come back as the snapshot has them.
+operator's Deployments and webhooks come back as the snapshot has them. The member's
+installed-version record then names the snapshot's release again (clusters check reads it).
 The restore is journaled in the member (rewind-system/restore.NAME): run the same command
 again after an interruption and it resumes. Restoring twice changes nothing the second time.`,
 		Example: `  rewind snapshot restore member1-mysql-operator-20260101-120000 --cluster member1
@@ -77,6 +82,11 @@ again after an interruption and it resumes. Restoring twice changes nothing the 
 			if err := journal.Clear(ctx); err != nil {
 				return err
 			}
+			// The member runs the snapshot's release again: its installed-version record says
+			// so (drift checks, clusters list and the next rollout read it).
+			if err := recordRestored(ctx, c, h.ns(), mcl, snap, hdr.Namespace); err != nil {
+				return fmt.Errorf("%s was restored to snapshot %s, but its installed-version record was not written: %w (run the same command again)", cluster, snap.Name, err)
+			}
 			if ok, err := printStructured(cmd.OutOrStdout(), output, rep); ok {
 				return err
 			}
@@ -90,6 +100,29 @@ again after an interruption and it resumes. Restoring twice changes nothing the 
 	requireFlags(cmd, "cluster")
 	_ = cmd.RegisterFlagCompletionFunc("cluster", h.completeFlag(listMemberClusters))
 	return cmd
+}
+
+// recordRestored writes the member's installed-version record for the release snap was taken
+// under (none when it was taken with no release installed). The release's own rendering gives
+// the image and digest; a release that cannot be read (deleted since) leaves its name and
+// version only.
+func recordRestored(ctx context.Context, hub client.Reader, ns string, mcl client.Client, snap *v1alpha1.Snapshot, installNamespace string) error {
+	if snap.Spec.Release == "" {
+		return nil
+	}
+	rec := member.Record{Operator: snap.Spec.Operator, Release: snap.Spec.Release, Version: snap.Spec.Version,
+		Namespace: installNamespace, Snapshot: snap.Name}
+	if rel, objs, err := release.Load(ctx, hub, ns, snap.Spec.Release); err == nil {
+		rec.Version, rec.GitCommit, rec.Digest = rel.Spec.Version, rel.Spec.GitCommit, release.ManifestDigest(rel)
+		rec.Image = release.OperatorImageIn(objs, rel.Spec.Image)
+		if chart := release.ChartOf(rel); chart != nil {
+			rec.ChartVersion = chart.Version
+		}
+		if bundle := release.BundleOf(rel); bundle != nil {
+			rec.BundleVersion = bundle.OperatorVersion
+		}
+	}
+	return member.WriteRecord(ctx, mcl, rec)
 }
 
 func printRestoreReport(cmd *cobra.Command, snap, cluster string, rep *restore.Report) {

@@ -16,6 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/member"
+	"github.com/rewind-dev/rewind/internal/release"
 	"github.com/rewind-dev/rewind/internal/testbed/testenv"
 	"github.com/rewind-dev/rewind/internal/testfixture"
 )
@@ -118,10 +120,20 @@ func TestSnapshotCommands(t *testing.T) {
 		t.Fatalf("diff -o json: %v\n%s", err, out)
 	}
 
+	// The member's record says another release runs (as after an upgrade).
+	mcl := testenv.Member(t, m).Client
+	if err := member.WriteRecord(ctx, mcl, member.Record{Operator: "mysql-operator", Release: "mysql-v2", Version: "2.0.0", Image: "example.com/mysql-operator:2.0.0"}); err != nil {
+		t.Fatal(err)
+	}
 	// Restore brings the member back to "before"; a second restore does nothing.
 	out, err = run(ctx, append([]string{"snapshot", "restore", "before", "--cluster", m.Name}, hubArgs(ns)...)...)
 	if err != nil || !strings.Contains(out, "restored to snapshot before") {
 		t.Fatalf("snapshot restore: %v\n%s", err, out)
+	}
+	// The record says the snapshot's release runs again, as its image does.
+	if rec, err := member.ReadRecord(ctx, mcl, "mysql-operator"); err != nil || rec == nil || rec.Release != "mysql-v1" || rec.Version != rel.Spec.Version ||
+		rec.Image != release.OperatorImageIn(objs, rel.Spec.Image) || rec.Snapshot != "before" || rec.Namespace != "mysql-system" {
+		t.Errorf("after the restore the record is %+v (%v), want release mysql-v1 and its image", rec, err)
 	}
 	out, err = run(ctx, append([]string{"snapshot", "diff", "before", "--live"}, hubArgs(ns)...)...)
 	if err != nil || !strings.Contains(out, "No changes") {
