@@ -407,6 +407,11 @@ func TestUpgradeThenManualRollback(t *testing.T) {
 		}
 	}
 	snaps := f.snapshotsOf(ro.Status.Revision)
+	// A MySQLCluster created on member1 since the upgrade's snapshot: the rollback keeps it
+	// (spec.pruneOnRollback is off) and says so.
+	if err := testfixture.Populate(t.Context(), env.Members[0].RESTConfig(), testfixture.Options{Namespaces: []string{f.crNS}, Offset: 100, Count: 1}); err != nil {
+		t.Fatal(err)
+	}
 	// `rewind rollback` sets spec.release back to A: rollback is a desired state.
 	out := rewind(t, f.ns, "rollback", f.name)
 	if got := f.rollout().Spec.Release; got != "mysql-a" || !strings.Contains(out, "rolling back from mysql-b to mysql-a") {
@@ -427,6 +432,33 @@ func TestUpgradeThenManualRollback(t *testing.T) {
 			t.Errorf("%s record %+v, want mysql-a", m.Name, rec)
 		}
 		f.assertEqualsSnapshot(m, snaps[m.Name])
+	}
+	f.waitEvent("KeptSinceSnapshot", "member1: kept 1 objects created since snapshot "+snaps["member1"], f.crNS+"/db-00100")
+}
+
+// waitEvent waits until an Event about the rollout with reason holds every one of texts.
+func (f *fleet) waitEvent(reason string, texts ...string) {
+	f.t.Helper()
+	var seen []string
+	err := wait.PollUntilContextTimeout(f.t.Context(), 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		var evs eventsv1.EventList
+		if err := hub(f.t).List(ctx, &evs, client.InNamespace(f.ns)); err != nil {
+			return false, err
+		}
+		seen = seen[:0]
+		for _, e := range evs.Items {
+			if e.Regarding.Name != f.name || e.Reason != reason {
+				continue
+			}
+			seen = append(seen, e.Note)
+			if !slices.ContainsFunc(texts, func(s string) bool { return !strings.Contains(e.Note, s) }) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		f.t.Errorf("no %s Event holds %q: %v (seen: %q)", reason, texts, err, seen)
 	}
 }
 

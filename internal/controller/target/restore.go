@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -77,14 +78,27 @@ func (restoreSnapshot) run(ctx context.Context, x *execution) (time.Duration, er
 		return 0, terminalf("snapshot %s cannot be restored: %v", t.Spec.Snapshot, err)
 	}
 	defer closer.Close()
-	_, err = restore.Run(ctx, x.cl, restore.Options{
+	rep, err := restore.Run(ctx, x.cl, restore.Options{
 		Header: hdr, Entries: entries, Current: current, Prune: t.Spec.PruneOnRollback,
 		Journal: statusJournal{x},
 	})
 	if errors.Is(err, restore.ErrSnapshotUnreadable) {
 		return 0, terminalf("snapshot %s cannot be restored: %v", t.Spec.Snapshot, err)
 	}
+	if err == nil && len(rep.Kept) > 0 {
+		// Kept, not deleted (spec.pruneOnRollback is off): say so where people look.
+		x.event("Normal", "KeptSinceSnapshot", "%s: kept %d objects created since snapshot %s (spec.pruneOnRollback deletes them): %s",
+			t.Spec.Cluster, len(rep.Kept), t.Spec.Snapshot, listSome(rep.Kept, 10))
+	}
 	return 0, err
+}
+
+// listSome joins up to n of names, saying how many more there are.
+func listSome(names []string, n int) string {
+	if len(names) <= n {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:n], ", "), len(names)-n)
 }
 
 // budgetPoll is how often a restore waiting for the memory budget asks again if no wake-up
