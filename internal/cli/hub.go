@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -123,7 +124,24 @@ func hubError(err error) error {
 	if isMissingAPI(err) {
 		return fmt.Errorf("the hub does not serve rewind.dev/v1alpha1: run `rewind install` against it first (%w)", err)
 	}
+	if ns, ok := missingNamespace(err); ok {
+		return fmt.Errorf("namespace %q does not exist in the hub: create it (kubectl create namespace %s) and let the controller work there (rewind namespace enable %s), or pick another with -n", ns, ns, ns)
+	}
 	return err
+}
+
+// missingNamespace says whether err is the API server's refusal of an object in a namespace
+// that does not exist, and which.
+func missingNamespace(err error) (string, bool) {
+	var se apierrors.APIStatus
+	if !apierrors.IsNotFound(err) || !errors.As(err, &se) {
+		return "", false
+	}
+	d := se.Status().Details
+	if d == nil || d.Kind != "namespaces" || d.Group != "" || d.Name == "" {
+		return "", false
+	}
+	return d.Name, true
 }
 
 // isMissingAPI says the hub does not serve the resource at all (the CRDs are not installed).

@@ -5,6 +5,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -86,8 +87,31 @@ func TestMissingObjectsAreNamed(t *testing.T) {
 			}
 		})
 	}
+	// An object sent into a namespace that does not exist: the error names the namespace and
+	// the fix, not the API server's words about a chunk of the artifact.
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "cm.yaml"), []byte(`apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: widget-operator
+spec:
+  selector: {matchLabels: {app: widget}}
+  template:
+    metadata: {labels: {app: widget}}
+    spec:
+      containers:
+      - name: manager
+        image: registry.example.com/widget:0a1b2c3
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run(t.Context(), "release", "create", "widget-v1", "--operator", "widget", "--version", "1.0.0", "--git-commit", "0a1b2c3",
+		"--image", "registry.example.com/widget:0a1b2c3", "--manifests", dir, "--kubeconfig", env.Hub.Kubeconfig, "-n", "no-such-namespace")
+	if err == nil || !strings.Contains(err.Error(), `namespace "no-such-namespace" does not exist in the hub: create it (kubectl create namespace no-such-namespace)`) {
+		t.Errorf("release create into a missing namespace: %v\n%s", err, out)
+	}
 	// As a kubectl plugin, the hint says how to run the plugin.
-	_, err := runAs(t.Context(), "kubectl-rewind", append([]string{"snapshot", "show", "nope"}, hubArgs(ns)...)...)
+	_, err = runAs(t.Context(), "kubectl-rewind", append([]string{"snapshot", "show", "nope"}, hubArgs(ns)...)...)
 	if err == nil || !strings.Contains(err.Error(), "(list them with: kubectl rewind snapshot list -n "+ns+")") {
 		t.Fatalf("kubectl-rewind snapshot show nope: %v", err)
 	}

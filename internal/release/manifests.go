@@ -34,6 +34,16 @@ func RenderManifestsFS(fsys fs.FS, name string) ([]*unstructured.Unstructured, e
 }
 
 func renderManifests(t tree) ([]*unstructured.Unstructured, error) {
+	// A Helm chart or an OLM bundle read as plain manifests fails on its first file that is
+	// not an object (Chart.yaml, annotations.yaml): say what the folder is instead.
+	if _, err := fs.Stat(t.fsys, "Chart.yaml"); err == nil {
+		return nil, fmt.Errorf("%s is a Helm chart (it has Chart.yaml), not a folder of plain manifests: render it as a chart (rewind release create --chart, or a source of kind helm)", t.name("."))
+	}
+	if _, err := fs.Stat(t.fsys, "metadata/annotations.yaml"); err == nil {
+		if _, err := fs.Stat(t.fsys, "manifests"); err == nil {
+			return nil, fmt.Errorf("%s is an OLM bundle (it has metadata/annotations.yaml and manifests/), not a folder of plain manifests: read it as a bundle (rewind release create --bundle, or a source of kind bundle)", t.name("."))
+		}
+	}
 	files, err := manifestFiles(t, ".")
 	if err != nil {
 		return nil, err

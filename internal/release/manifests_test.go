@@ -131,6 +131,15 @@ func TestRenderManifestsErrors(t *testing.T) {
 		files: map[string]string{"e.yaml": "---\n# nothing\n---\n"},
 		want:  []string{"no Kubernetes objects"},
 	}, {
+		name:  "a Helm chart folder",
+		files: map[string]string{"Chart.yaml": "apiVersion: v2\nname: widget\nversion: 1.0.0\n", "templates/cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n"},
+		want:  []string{"is a Helm chart (it has Chart.yaml)", "--chart"},
+	}, {
+		name: "an OLM bundle folder",
+		files: map[string]string{"metadata/annotations.yaml": "annotations:\n  operators.operatorframework.io.bundle.package.v1: widget\n",
+			"manifests/widget.clusterserviceversion.yaml": "apiVersion: operators.coreos.com/v1alpha1\nkind: ClusterServiceVersion\nmetadata:\n  name: widget.v1.0.0\n"},
+		want: []string{"is an OLM bundle", "--bundle"},
+	}, {
 		name: "missing folder",
 		want: []string{"does-not-exist"},
 	}}

@@ -83,7 +83,7 @@ func TestMissingReleaseStallsThenRecovers(t *testing.T) {
 	f.setRelease("mysql-later", nil)
 	startManager(t, f.ns, nil)
 	c := f.waitCondition(v1alpha1.ConditionStalled, metav1.ConditionTrue, v1alpha1.ReasonReleaseNotFound, time.Minute)
-	if !strings.Contains(c.Message, `"mysql-later" not found`) {
+	if !strings.Contains(c.Message, `spec.release: release "mysql-later" does not exist in namespace `+f.ns) || strings.Count(c.Message, "not found") > 0 {
 		t.Errorf("Stalled must name the release: %s", c.Message)
 	}
 	makeRelease(t, f.ns, "mysql-later", "1.1.0", healthy)

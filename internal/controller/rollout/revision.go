@@ -37,7 +37,12 @@ func (r *Reconciler) startRevision(ctx context.Context, s *scope, rel, automatic
 		var notReady *release.NotReadyError
 		switch {
 		case apierrors.IsNotFound(err):
-			return stallf(v1alpha1.ReasonReleaseNotFound, "%v", err)
+			field := "spec.release"
+			if rel != ro.Spec.Release {
+				field = "status.previousRelease" // the release an automatic rollback returns to
+			}
+			return stallf(v1alpha1.ReasonReleaseNotFound, "%s: release %q does not exist in namespace %s: create it (rewind release create %s -n %s ...) or name another (list them with: kubectl get operatorreleases -n %s)",
+				field, rel, ro.Namespace, rel, ro.Namespace, ro.Namespace)
 		case errors.As(err, &notReady) && notReady.Stalled:
 			// The release's controller could not fetch, verify or render it (it retries what
 			// can clear up by itself); the release's Ready condition says what to fix.
