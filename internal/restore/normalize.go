@@ -21,9 +21,9 @@ var builtinGroups = map[string]bool{
 }
 
 // serverAnnotations are annotations Kubernetes components write; they are not restored or
-// compared.
+// compared. (kubectl's last-applied-configuration is not one: a person's kubectl apply wrote
+// it, and it is restored like any annotation.)
 var serverAnnotations = []string{
-	"kubectl.kubernetes.io/last-applied-configuration",
 	"deployment.kubernetes.io/revision",
 	// The API server counts a DaemonSet's template changes here itself.
 	"deprecated.daemonset.template.generation",

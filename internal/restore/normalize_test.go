@@ -158,6 +158,7 @@ spec: {replicas: 1}, status: {readyReplicas: 1}}`)
 		{"empty finalizers", base, set(base, []any{}, "metadata", "finalizers"), true},
 		{"server annotations only", base, set(base, map[string]any{"deployment.kubernetes.io/revision": "3"}, "metadata", "annotations"), true},
 		{"an annotation", base, set(base, map[string]any{"a": "b"}, "metadata", "annotations"), false},
+		{"kubectl's last applied configuration", base, set(base, map[string]any{"kubectl.kubernetes.io/last-applied-configuration": `{"kind":"MySQLCluster"}`}, "metadata", "annotations"), false},
 		{"null annotations", base, set(base, nil, "metadata", "annotations"), false},
 		{"nil and empty list", set(base, []any(nil), "spec", "list"), set(base, []any{}, "spec", "list"), true},
 		{"null and empty list", set(base, nil, "spec", "list"), set(base, []any{}, "spec", "list"), false},

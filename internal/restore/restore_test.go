@@ -81,6 +81,32 @@ func setup(t *testing.T) {
 	if err := testfixture.Populate(ctx, env.Members[0].RESTConfig(), testfixture.Options{Namespaces: namespaces, Count: 30, Children: true}); err != nil {
 		t.Fatal(err)
 	}
+	// db-00000 was last applied with kubectl: the restore brings its record of that back too.
+	setLastApplied(t, "orders", "db-00000", lastApplied(0))
+}
+
+const annLastApplied = "kubectl.kubernetes.io/last-applied-configuration"
+
+func lastApplied(round int) string {
+	return fmt.Sprintf(`{"apiVersion":"database.example.com/v1alpha1","kind":"MySQLCluster","metadata":{"name":"db-00000","namespace":"orders"},"spec":{"replicas":%d}}`, round+1)
+}
+
+func setLastApplied(t *testing.T, ns, name, v string) {
+	t.Helper()
+	d := dyn(t)
+	u, err := d.Resource(testfixture.MySQLGVR).Namespace(ns).Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ann := u.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann[annLastApplied] = v
+	u.SetAnnotations(ann)
+	if _, err := d.Resource(testfixture.MySQLGVR).Namespace(ns).Update(t.Context(), u, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func take(t *testing.T) (snapshot.Header, []snapshot.Entry) {
@@ -123,10 +149,16 @@ func mutate(t *testing.T, round int) {
 		must(err)
 		return u
 	}
-	// Edit CR specs and statuses.
+	// Edit CR specs and statuses (db-00000 as kubectl apply would: its last-applied record too).
 	u := cr("orders", "db-00000")
 	_ = unstructured.SetNestedField(u.Object, int64(9), "spec", "replicas")
 	u.SetLabels(map[string]string{"edited": "yes"})
+	ann := u.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann[annLastApplied] = lastApplied(round + 8)
+	u.SetAnnotations(ann)
 	_, err := d.Resource(testfixture.MySQLGVR).Namespace("orders").Update(ctx, u, metav1.UpdateOptions{})
 	must(err)
 	u = cr("users", "db-00001")
@@ -286,6 +318,13 @@ func TestRestore(t *testing.T) {
 		tot := rep.Totals()
 		if rep.NoOp || tot.Created == 0 || tot.Restored == 0 {
 			t.Fatalf("report %+v", tot)
+		}
+		live, err := dyn(t).Resource(testfixture.MySQLGVR).Namespace("orders").Get(t.Context(), "db-00000", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := live.GetAnnotations()[annLastApplied]; got != lastApplied(0) {
+			t.Errorf("kubectl's last-applied-configuration of db-00000 after the restore: %q, want the snapshot's %q", got, lastApplied(0))
 		}
 		mc := rep.Kinds["MySQLCluster.database.example.com"]
 		if mc == nil || mc.Created != 2 || mc.Kept != 1 {

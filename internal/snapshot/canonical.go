@@ -76,7 +76,9 @@ func (k Key) String() string {
 // captures of an unchanged cluster stay byte-identical.
 var serverFields = []string{"managedFields", "resourceVersion", "creationTimestamp", "selfLink", "deletionGracePeriodSeconds"}
 
-// Canonicalize strips server-populated fields from obj in place.
+// Canonicalize strips server-populated fields from obj in place. Annotations are kept, the
+// kubectl.kubernetes.io/last-applied-configuration one too: it is the state kubectl apply
+// merges against, and a restore that dropped it would change how the next apply behaves.
 func Canonicalize(obj *unstructured.Unstructured) {
 	md, ok := obj.Object["metadata"].(map[string]any)
 	if !ok {
@@ -84,12 +86,6 @@ func Canonicalize(obj *unstructured.Unstructured) {
 	}
 	for _, f := range serverFields {
 		delete(md, f)
-	}
-	if ann, ok := md["annotations"].(map[string]any); ok {
-		delete(ann, "kubectl.kubernetes.io/last-applied-configuration")
-		if len(ann) == 0 {
-			delete(md, "annotations")
-		}
 	}
 }
 
