@@ -431,11 +431,11 @@ spec.release as it is, so a GitOps tool that owns the spec does not start it aga
 is attempted again only when spec.release changes or when a person asks with this command, which
 sets the annotation rewind.dev/retry to a new value (handled once).
 
-A rollout that ended Failed otherwise (a rollback in which a cluster's restore failed, or a
-change stopped by its failure policy) is retried the same way once its cause is fixed (a
-member's kubeconfig Secret, an unreachable API server): its release is planned again from what
-each cluster runs, so the clusters that failed are restored or changed again and the others are
-left as they are.`,
+A rollback (a person's or an automatic one) that ended Failed because a cluster's restore
+failed is run again by this command once the cause is fixed (a member's kubeconfig Secret, an
+unreachable API server): the clusters whose restore failed are restored and the others are left
+as they are. A rollout that failed while upgrading (failure policy Pause or RollbackFailed) is
+not retried: roll it back (rewind rollback) or set a new spec.release.`,
 		Example: `  rewind retry mysql
   rewind retry mysql -n team-a -o yaml`,
 		Args:              cobra.ExactArgs(1),
@@ -447,11 +447,14 @@ left as they are.`,
 			}
 			var what string
 			ro, err := updateRollout(cmd.Context(), c, h.ns(), args[0], func(ro *v1alpha1.Rollout) error {
+				stalled := meta.FindStatusCondition(ro.Status.Conditions, v1alpha1.ConditionStalled)
 				switch {
+				case ro.Status.Phase == v1alpha1.RolloutFailed && stalled != nil && stalled.Reason == v1alpha1.ReasonRollbackFailed:
+					what = fmt.Sprintf("the rollback to %s on the clusters whose restore failed", ro.Status.CurrentRelease)
 				case ro.Status.FailedRelease != "":
 					what = ro.Status.FailedRelease
-				case ro.Status.Phase == v1alpha1.RolloutFailed && ro.Status.CurrentRelease == ro.Spec.Release:
-					what = fmt.Sprintf("revision %d (%s) on the clusters that failed", ro.Status.Revision, ro.Spec.Release)
+				case ro.Status.Phase == v1alpha1.RolloutFailed:
+					return fmt.Errorf("rollout %s failed while upgrading to %s: roll it back (%s rollback %s) or set a new spec.release; retry runs again only a failed release that was rolled back, or a rollback that failed", ro.Name, ro.Status.CurrentRelease, h.prog, ro.Name)
 				default:
 					return fmt.Errorf("rollout %s holds no failed release and has not failed: nothing to retry (phase %s)", ro.Name, dash(ro.Status.Phase))
 				}

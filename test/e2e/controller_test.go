@@ -5,7 +5,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -216,7 +215,7 @@ func TestRetryAfterAFailedRestore(t *testing.T) {
 	if err := setKubeconfig(t.Context(), good); err != nil {
 		t.Fatal(err)
 	}
-	if out := rewind(t, f.ns, "retry", f.name); !strings.Contains(out, fmt.Sprintf("retrying revision %d (mysql-a) on the clusters that failed", failedRevision)) {
+	if out := rewind(t, f.ns, "retry", f.name); !strings.Contains(out, "retrying the rollback to mysql-a on the clusters whose restore failed") {
 		t.Errorf("rewind retry:\n%s", out)
 	}
 	ro = f.waitPhase("mysql-a", v1alpha1.RolloutRolledBack, 3*time.Minute)

@@ -98,10 +98,11 @@ type scope struct {
 	targets map[string]*v1alpha1.RolloutTarget
 	// stalled says a Stalled condition was set by this reconcile.
 	stalled bool
-	// retryFailed says a person asked to retry a revision that ended Failed without a failed
-	// release held (a rollback, or a change under a failure policy that stops): its release
-	// is planned again, so the clusters that failed go on and the others are left as they run.
-	retryFailed bool
+	// retryRollback is the value of a retry annotation a person set on a rollback that ended
+	// Failed (a restore failed): the rollback is planned again, so the clusters whose restore
+	// failed are restored and the others are left as they run. It is marked handled once the
+	// new revision has started, so a start that fails or waits keeps it.
+	retryRollback string
 }
 
 // stallError is a problem only a person can fix: it is reported as Stalled, not retried.
@@ -143,12 +144,15 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 		if err := r.startRevision(ctx, s, ro.Spec.Release, ""); err != nil {
 			return ctrl.Result{}, err
 		}
-	case s.retryFailed:
-		// A retry of a revision that failed: the same release, planned again from what each
-		// cluster runs now.
-		if err := r.startRevision(ctx, s, ro.Spec.Release, ""); err != nil {
+	case s.retryRollback != "":
+		// A retry of a rollback that failed: the release it returns to, planned again from
+		// what each cluster runs now.
+		rev := ro.Status.Revision
+		if err := r.startRevision(ctx, s, ro.Status.CurrentRelease, ""); err != nil {
 			return ctrl.Result{}, err
 		}
+		ro.Status.LastHandledRetry = s.retryRollback
+		s.event("Normal", "RetryRequested", "retrying the rollback to %s of revision %d, in which a restore failed", ro.Status.CurrentRelease, rev)
 	default:
 		if rel, reason, ok := s.interruptedStart(); ok {
 			// The controller stopped while it wrote a revision's targets: start it again (the
@@ -230,18 +234,17 @@ func (s *scope) takesSnapshots(clusters []string) bool {
 func (s *scope) handleRequests() {
 	ro := s.ro
 	if v := ro.Annotations[v1alpha1.AnnotationRetry]; v != "" && v != ro.Status.LastHandledRetry {
-		ro.Status.LastHandledRetry = v
 		switch {
+		case ro.Status.Phase == v1alpha1.RolloutFailed && s.isRollback():
+			// A rollback (a person's or an automatic one) in which a restore failed: it runs
+			// again; a failed release it returns from stays held.
+			s.retryRollback = v
 		case ro.Status.FailedRelease != "":
-			s.event("Normal", "RetryRequested", "retrying %s, which failed: %s", ro.Status.FailedRelease, ro.Status.FailureReason)
+			ro.Status.LastHandledRetry = v
+			s.event("Normal", "RetryRequested", "retrying %s, which failed: %s", ro.Status.FailedRelease, truncate(ro.Status.FailureReason, 512))
 			ro.Status.FailedRelease, ro.Status.FailureReason = "", ""
-		case ro.Status.Phase == v1alpha1.RolloutFailed && ro.Status.CurrentRelease == ro.Spec.Release:
-			s.retryFailed = true
-			why := ""
-			if c := meta.FindStatusCondition(ro.Status.Conditions, v1alpha1.ConditionStalled); c != nil {
-				why = ": " + c.Message
-			}
-			s.event("Normal", "RetryRequested", "retrying revision %d (%s), which failed%s", ro.Status.Revision, ro.Spec.Release, why)
+		default:
+			ro.Status.LastHandledRetry = v // nothing to retry
 		}
 	}
 	if ro.Status.FailedRelease != "" && ro.Status.FailedRelease != ro.Spec.Release {
@@ -428,7 +431,8 @@ func (r *Reconciler) rolloutsOf(ctx context.Context, o client.Object) []reconcil
 func (s *scope) event(typ, reason, format string, args ...any) {
 	metrics.Transitions.WithLabelValues(reason).Inc()
 	if s.r.Recorder != nil {
-		s.r.Recorder.Eventf(s.ro, nil, typ, reason, "Reconcile", format, args...)
+		// events.k8s.io/v1 refuses a note over 1 KiB: the Event would be lost.
+		s.r.Recorder.Eventf(s.ro, nil, typ, reason, "Reconcile", "%s", truncate(fmt.Sprintf(format, args...), 1024))
 	}
 }
 

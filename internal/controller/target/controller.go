@@ -366,7 +366,12 @@ func (x *execution) event(typ, reason, format string, args ...any) {
 			ro.UID = o.UID
 		}
 	}
-	x.r.Recorder.Eventf(ro, runtime.Object(x.t), typ, reason, "Reconcile", format, args...)
+	// events.k8s.io/v1 refuses a note over 1 KiB: the Event would be lost.
+	note := fmt.Sprintf(format, args...)
+	if len(note) > 1024 {
+		note = note[:1021] + "..."
+	}
+	x.r.Recorder.Eventf(ro, runtime.Object(x.t), typ, reason, "Reconcile", "%s", note)
 }
 
 func dash(s string) string {
