@@ -166,33 +166,46 @@ func checkCRDs(cfg *rest.Config) error {
 	if err != nil {
 		return fmt.Errorf("creating a discovery client for the hub: %w", err)
 	}
-	served := map[string]bool{}
-	list, err := dc.ServerResourcesForGroupVersion(v1alpha1.GroupVersion.String())
-	switch {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		return nil
-	default:
-		for _, r := range list.APIResources {
-			served[r.Kind] = true
-		}
-	}
+	// CRDs just installed (by the same script, or a moment ago) reach discovery a little after
+	// they are Established: ask again for a few seconds before refusing.
 	var missing []string
-	for gvk, typ := range Scheme.AllKnownTypes() {
-		if gvk.GroupVersion() != v1alpha1.GroupVersion || served[gvk.Kind] {
-			continue
+	deadline := time.Now().Add(crdWait)
+	for {
+		served := map[string]bool{}
+		list, err := dc.ServerResourcesForGroupVersion(v1alpha1.GroupVersion.String())
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return nil
+		default:
+			for _, r := range list.APIResources {
+				served[r.Kind] = true
+			}
 		}
-		if _, ok := reflect.New(typ).Interface().(metav1.Object); ok { // not lists, nor options
-			missing = append(missing, gvk.Kind)
+		missing = missing[:0]
+		for gvk, typ := range Scheme.AllKnownTypes() {
+			if gvk.GroupVersion() != v1alpha1.GroupVersion || served[gvk.Kind] {
+				continue
+			}
+			if _, ok := reflect.New(typ).Interface().(metav1.Object); ok { // not lists, nor options
+				missing = append(missing, gvk.Kind)
+			}
 		}
-	}
-	if len(missing) == 0 {
-		return nil
+		if len(missing) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
 	}
 	slices.Sort(missing)
 	return fmt.Errorf("the hub does not serve %s %s: install rewind's CRDs first (rewind install --crds-only, or kubectl apply --server-side -k config/crd)",
 		v1alpha1.GroupVersion, strings.Join(missing, ", "))
 }
+
+// crdWait is how long checkCRDs waits for CRDs to appear in discovery.
+var crdWait = 10 * time.Second
 
 // LeaderElectionID names the leader-election Lease.
 const LeaderElectionID = "rewind-controller.rewind.dev"

@@ -60,6 +60,9 @@ func TestManagerRefusesAHubWithoutItsCRDs(t *testing.T) {
 	t.Cleanup(func() { _ = tb.Stop() })
 	cfg := tb.Hub.RESTConfig()
 	opts := Options{MetricsAddr: "0", ProbeAddr: "0", SkipNameValidation: true}
+	wait0 := crdWait
+	crdWait = time.Second // not the 10 s a real start waits for discovery to catch up
+	t.Cleanup(func() { crdWait = wait0 })
 
 	_, err = NewManager(cfg, opts)
 	if err == nil || !strings.Contains(err.Error(), "MemberCluster, OperatorRelease, Rollout, RolloutTarget, Snapshot, SnapshotSchedule, SnapshotStore") ||
