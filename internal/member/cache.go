@@ -20,9 +20,10 @@ type Cache struct {
 
 	mu       sync.Mutex
 	clusters map[string]cacheEntry
-	// forgets counts Forget calls: a Cluster built while one ran is returned but not kept, as
-	// its member may be the one just forgotten.
-	forgets uint64
+	// forgets counts each member's Forget calls: a Cluster built while one ran (after its
+	// MemberCluster or Secret was read) is returned but not kept, as it may be of a member
+	// just deleted.
+	forgets map[string]uint64
 }
 
 type cacheEntry struct {
@@ -33,18 +34,28 @@ type cacheEntry struct {
 // Get returns the Cluster of the MemberCluster name. A missing or unusable kubeconfig Secret
 // is a *SecretError.
 func (c *Cache) Get(ctx context.Context, name string) (*Cluster, error) {
+	forgets := c.forgetsOf(name)
 	mc := &v1alpha1.MemberCluster{}
 	if err := c.Hub.Get(ctx, client.ObjectKey{Name: name}, mc); err != nil {
 		return nil, fmt.Errorf("MemberCluster %s: %w", name, err)
 	}
-	return c.For(ctx, mc)
+	return c.forAt(ctx, mc, forgets)
 }
 
 // For returns the Cluster of mc.
 func (c *Cache) For(ctx context.Context, mc *v1alpha1.MemberCluster) (*Cluster, error) {
+	return c.forAt(ctx, mc, c.forgetsOf(mc.Name))
+}
+
+func (c *Cache) forgetsOf(name string) uint64 {
 	c.mu.Lock()
-	forgets := c.forgets
-	c.mu.Unlock()
+	defer c.mu.Unlock()
+	return c.forgets[name]
+}
+
+// forAt is For, keeping the Cluster only if the member was not forgotten since its count of
+// Forget calls was forgets.
+func (c *Cache) forAt(ctx context.Context, mc *v1alpha1.MemberCluster, forgets uint64) (*Cluster, error) {
 	cfg, err := ConfigFor(ctx, c.Hub, mc)
 	if err != nil {
 		// Credentials that are gone or unusable keep no clients (nor their connections); a
@@ -65,7 +76,7 @@ func (c *Cache) For(ctx context.Context, mc *v1alpha1.MemberCluster) (*Cluster, 
 	if err != nil {
 		return nil, err
 	}
-	if c.forgets != forgets {
+	if c.forgets[mc.Name] != forgets {
 		// A member was forgotten (deleted, or its credentials dropped) while its Secret was
 		// read: keeping this Cluster could hold a gone member's clients forever.
 		return cl, nil
@@ -90,5 +101,8 @@ func (c *Cache) Forget(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.clusters, name)
-	c.forgets++
+	if c.forgets == nil {
+		c.forgets = map[string]uint64{}
+	}
+	c.forgets[name]++
 }

@@ -87,4 +87,28 @@ func TestCacheKeepsNoMemberForgottenWhileItsSecretWasRead(t *testing.T) {
 	if again != first {
 		t.Fatal("a member with unchanged credentials got new clients")
 	}
+
+	// A member deleted after Get read its MemberCluster (before its Secret): not kept either.
+	// And another member forgotten meanwhile changes nothing for this one.
+	for _, tc := range []struct {
+		forget string
+		want   int
+	}{{mc.Name, 0}, {"another-member", 1}} {
+		c := &member.Cache{}
+		c.Hub = interceptor.NewClient(base, interceptor.Funcs{
+			Get: func(ctx context.Context, cl client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+				err := cl.Get(ctx, key, obj, opts...)
+				if _, ok := obj.(*v1alpha1.MemberCluster); ok {
+					c.Forget(tc.forget)
+				}
+				return err
+			},
+		})
+		if _, err := c.Get(context.Background(), mc.Name); err != nil {
+			t.Fatal(err)
+		}
+		if n := c.Len(); n != tc.want {
+			t.Errorf("%s forgotten while Get ran: the cache holds %d members, want %d", tc.forget, n, tc.want)
+		}
+	}
 }
