@@ -43,7 +43,7 @@ generate: ## Regenerate deepcopy code, CRDs and RBAC (controller-gen) into api/ 
 	$(GO) tool controller-gen rbac:roleName=rewind-controller-namespace paths=./internal/rbac/... \
 		output:rbac:artifacts:config=config/rbac/namespace
 	@# config/crd lists every generated CRD (rewind install and config/default render it).
-	{ sed -n '1,/^resources:/p' config/crd/kustomization.yaml; for f in config/crd/bases/*.yaml; do echo "- bases/$${f##*/}"; done; } > config/crd/kustomization.yaml.new
+	{ sed -n '1,/^resources:/p' config/crd/kustomization.yaml; for f in $$(LC_ALL=C ls config/crd/bases/*.yaml); do echo "- bases/$${f##*/}"; done; } > config/crd/kustomization.yaml.new
 	mv config/crd/kustomization.yaml.new config/crd/kustomization.yaml
 	@# The Helm chart carries copies of the generated CRDs and roles and of the alerts.
 	rm -f charts/rewind/files/crds/*.yaml

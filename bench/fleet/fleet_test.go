@@ -368,6 +368,9 @@ func (s *cpuSampler) within(from, to time.Time) (busy, controller float64, span 
 // controller's share, next to the target.
 func floor(s *cpuSampler, from, to time.Time, idleBusy float64, target time.Duration) string {
 	busy, ctrl, span := s.within(from, to)
+	if span <= 0 || from.IsZero() || to.IsZero() {
+		return "no CPU samples cover its window"
+	}
 	work := busy - idleBusy*span.Seconds()
 	cores := float64(runtime.NumCPU())
 	return fmt.Sprintf("over its %.1f s the machine did %.1f CPU seconds of work above its idle background (the controller %.1f, the simulated clusters and the benchmark %.1f); on %d cores that work takes at least %.1f s, and %.1f s even if the controller used no CPU at all, against the target's %.1f s",

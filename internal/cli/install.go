@@ -20,7 +20,8 @@ func newInstallCommand(h *hubFlags) *cobra.Command {
 		Use:   "install",
 		Short: "Install rewind into the hub: CRDs, the rewind-system namespace, the controller and its RBAC",
 		Long: `Applies (server-side apply) rewind to the hub: the rewind.dev/v1alpha1 CRDs (MemberCluster,
-OperatorRelease, Rollout, RolloutTarget, Snapshot), the rewind-system namespace, and the
+OperatorRelease, Rollout, RolloutTarget, Snapshot, SnapshotStore, SnapshotSchedule), the
+rewind-system namespace, and the
 controller: its ServiceAccount, least-privilege RBAC, a Deployment of two replicas with leader
 election running --image, a metrics Service and a PodDisruptionBudget. It waits until the CRDs
 are Established. Running it again upgrades everything in place.
@@ -32,7 +33,9 @@ same as rewind namespace enable).
 --crds-only installs the CRDs and the namespace alone (run the controller elsewhere, e.g.
 rewind controller). --export prints the YAML instead of applying it, for GitOps or
 kubectl apply --server-side -f -; it reads nothing from a cluster. --dry-run sends everything
-to the hub with dryRun=All: the hub validates and authorizes it and stores nothing.`,
+to the hub with dryRun=All: the hub validates and authorizes it and stores nothing (on a new hub,
+what goes into rewind-system is listed as not validated: a dry run cannot create the namespace
+first).`,
 		Example: `  rewind install --kubeconfig hub.kubeconfig --image registry.example.com/rewind-controller:v0.1.0 --namespaces team-a,team-b
   rewind install --context hub --crds-only
   rewind install --image registry.example.com/rewind-controller:v0.1.0 --export > rewind.yaml

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -104,15 +105,20 @@ again after an interruption and it resumes. Restoring twice changes nothing the 
 
 // recordRestored writes the member's installed-version record for the release snap was taken
 // under (none when it was taken with no release installed). The release's own rendering gives
-// the image and digest; a release that cannot be read (deleted since) leaves its name and
-// version only.
+// the image and digest; a release deleted since leaves its name and version only.
 func recordRestored(ctx context.Context, hub client.Reader, ns string, mcl client.Client, snap *v1alpha1.Snapshot, installNamespace string) error {
 	if snap.Spec.Release == "" {
 		return nil
 	}
 	rec := member.Record{Operator: snap.Spec.Operator, Release: snap.Spec.Release, Version: snap.Spec.Version,
 		Namespace: installNamespace, Snapshot: snap.Name}
-	if rel, objs, err := release.Load(ctx, hub, ns, snap.Spec.Release); err == nil {
+	rel, objs, err := release.Load(ctx, hub, ns, snap.Spec.Release)
+	switch {
+	case apierrors.IsNotFound(err):
+		// Deleted since: its name and version say what runs.
+	case err != nil:
+		return err
+	default:
 		rec.Version, rec.GitCommit, rec.Digest = rel.Spec.Version, rel.Spec.GitCommit, release.ManifestDigest(rel)
 		rec.Image = release.OperatorImageIn(objs, rel.Spec.Image)
 		if chart := release.ChartOf(rel); chart != nil {
