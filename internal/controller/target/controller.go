@@ -308,7 +308,11 @@ func (x *execution) patch(ctx context.Context) error {
 	if equality.Semantic.DeepEqual(x.base.Status, x.t.Status) {
 		return nil
 	}
-	if err := x.r.Client.Status().Patch(ctx, x.t, client.MergeFrom(x.base)); err != nil {
+	// With the resourceVersion read: a merge patch from a stale read (the cache behind this
+	// reconciler's own last write) leaves out the fields that read already had, and the
+	// journal on record would lose them (a step emptied by a reset, then set to its old
+	// value, stayed empty). A conflict requeues the target with a fresh read.
+	if err := x.r.Client.Status().Patch(ctx, x.t, client.MergeFromWithOptions(x.base, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("patching RolloutTarget status: %w", err)
 	}
 	x.base = x.t.DeepCopy()
