@@ -233,7 +233,8 @@ func TestRetryAfterAFailedRestore(t *testing.T) {
 	}
 	// Nothing failed is left to retry.
 	if out, err := cli.Run(t.Context(), "retry", f.name, "--kubeconfig", env.Hub.Kubeconfig, "-n", f.ns); err == nil || !strings.Contains(err.Error(), "nothing to retry") {
-		t.Errorf("a retry of a rolled back rollout: %v\n%s", err, out)
+		ro := f.rollout()
+		t.Errorf("a retry of a rolled back rollout: %v\n%s\nstatus: failed %q (%s), history %+v", err, out, ro.Status.FailedRelease, ro.Status.FailureReason, ro.Status.History)
 	}
 }
 

@@ -339,11 +339,17 @@ func (s *scope) restoringFailed() bool {
 // rolls out and why.
 func (s *scope) interruptedStart() (release, reason string, ok bool) {
 	for _, t := range s.targets {
-		if t.Spec.Revision == s.ro.Status.Revision+1 {
-			return t.Spec.ToRelease, t.Spec.Reason, true
+		if t.Spec.Revision != s.ro.Status.Revision+1 {
+			continue
+		}
+		release, ok = t.Spec.ToRelease, true
+		// An automatic revision's reason is on every target; a cluster with nothing to do
+		// carries its plan's message instead when the revision is a person's.
+		if t.Spec.Path != v1alpha1.PathNone {
+			return release, t.Spec.Reason, true
 		}
 	}
-	return "", "", false
+	return release, "", ok
 }
 
 // updateTarget changes a target's spec, retrying on conflicts.
@@ -442,7 +448,10 @@ func (s *scope) patch(ctx context.Context) error {
 	if equality.Semantic.DeepEqual(s.base.Status, s.ro.Status) {
 		return nil
 	}
-	if err := s.r.Client.Status().Patch(ctx, s.ro, client.MergeFrom(s.base)); err != nil {
+	// With the resourceVersion read: a reconcile that read the Rollout before its own last
+	// status write reached the cache would otherwise write over it (it took a just-started
+	// revision for an interrupted one and started it again). A conflict requeues it.
+	if err := s.r.Client.Status().Patch(ctx, s.ro, client.MergeFromWithOptions(s.base, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("patching Rollout status: %w", err)
 	}
 	s.base = s.ro.DeepCopy()
