@@ -159,18 +159,26 @@ func NewDecoder(r io.Reader) (*Decoder, error) {
 	return d, nil
 }
 
+// scan reads the next line (d.sc.Bytes), or returns io.EOF after the last.
+func (d *Decoder) scan() error {
+	if !d.sc.Scan() {
+		if err := d.sc.Err(); err != nil {
+			return err
+		}
+		return io.EOF
+	}
+	d.line++
+	return nil
+}
+
 // Header returns the payload's header.
 func (d *Decoder) Header() Header { return d.header }
 
 // Next returns the next entry, or io.EOF after the last.
 func (d *Decoder) Next() (Entry, error) {
-	if !d.sc.Scan() {
-		if err := d.sc.Err(); err != nil {
-			return Entry{}, err
-		}
-		return Entry{}, io.EOF
+	if err := d.scan(); err != nil {
+		return Entry{}, err
 	}
-	d.line++
 	var raw struct {
 		Section string         `json:"section"`
 		Object  map[string]any `json:"object"`
@@ -255,13 +263,9 @@ type RawEntry struct {
 // NextRaw returns the next entry without decoding its object, or io.EOF after the last. The
 // line is checked to be valid JSON holding an object.
 func (d *Decoder) NextRaw() (RawEntry, error) {
-	if !d.sc.Scan() {
-		if err := d.sc.Err(); err != nil {
-			return RawEntry{}, err
-		}
-		return RawEntry{}, io.EOF
+	if err := d.scan(); err != nil {
+		return RawEntry{}, err
 	}
-	d.line++
 	var raw struct {
 		Section string          `json:"section"`
 		Object  json.RawMessage `json:"object"` // a copy: the scanner reuses its buffer
