@@ -1,0 +1,159 @@
+// Package fault tells a fault of the world (a reset connection, a timeout, a throttled
+// request, an API server restarting or an etcd leader change) from a failure of what rewind
+// asked for (a refused write, a missing object, a denied permission). A fault is retried in
+// place with backoff and jitter; it is never a verdict on a release.
+//
+// Errors are classified by their types only (apimachinery's API statuses, net.Error and the
+// syscall errors it wraps, *url.Error and its cause, context errors, x/net/http2's stream and
+// GOAWAY errors), never by their text.
+package fault
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"syscall"
+	"time"
+
+	"golang.org/x/net/http2"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+)
+
+// IsTransient says whether err is a fault that a retry of the same request may get past:
+//   - an API status of 429 (throttled, with or without Retry-After), 500 (an internal error:
+//     "etcdserver: leader changed", a webhook that timed out or could not be called), 502, 503
+//     or 504 (a server timeout, or a gateway in front of the API server);
+//   - a transport error: a connection refused, reset or aborted, a broken pipe, an unexpected
+//     end of file, a network or host unreachable, a timeout (dial, TLS handshake, response
+//     headers, client timeout), a DNS lookup that failed, an HTTP/2 GOAWAY or stream reset;
+//   - a request whose own deadline passed (context.DeadlineExceeded), for the caller decides
+//     separately whether its own context ended.
+//
+// Not transient: any other API status (400, 401, 403, 404, 409, 410, 422: the server
+// answered, and the same request gets the same answer), context.Canceled, and a TLS or
+// certificate error that only a change of configuration fixes (an unknown authority, a name
+// the certificate does not cover, a server that does not speak TLS).
+func IsTransient(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		return transientCode(status.Status().Code)
+	}
+	if isConfigTLS(err) {
+		return false
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
+		errors.Is(err, net.ErrClosed) || errors.Is(err, http.ErrHandlerTimeout) {
+		return true
+	}
+	for _, errno := range []syscall.Errno{syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.ECONNABORTED, syscall.EPIPE,
+		syscall.ETIMEDOUT, syscall.EHOSTUNREACH, syscall.ENETUNREACH, syscall.ENETDOWN, syscall.EHOSTDOWN} {
+		if errors.Is(err, errno) {
+			return true
+		}
+	}
+	var (
+		netErr    net.Error
+		opErr     *net.OpError
+		dnsErr    *net.DNSError
+		goAway    http2.GoAwayError
+		streamErr http2.StreamError
+		connErr   http2.ConnectionError
+		urlErr    *url.Error
+	)
+	switch {
+	case errors.As(err, &netErr) && netErr.Timeout(),
+		errors.As(err, &opErr), errors.As(err, &dnsErr),
+		errors.As(err, &goAway), errors.As(err, &streamErr), errors.As(err, &connErr):
+		return true
+	case errors.As(err, &urlErr):
+		// The request got no HTTP answer: the transport failed (a connection lost mid-request
+		// surfaces as an unexported error of net/http's HTTP/2 transport). Configuration errors
+		// were ruled out above.
+		return true
+	}
+	return false
+}
+
+// transientCode says whether an HTTP status code is worth a retry of the same request.
+func transientCode(code int32) bool {
+	switch code {
+	case http.StatusTooManyRequests, http.StatusInternalServerError, http.StatusBadGateway,
+		http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
+}
+
+// isConfigTLS says whether err is a TLS or certificate error that a retry cannot fix.
+func isConfigTLS(err error) bool {
+	var (
+		unknownAuthority x509.UnknownAuthorityError
+		invalid          x509.CertificateInvalidError
+		hostname         x509.HostnameError
+		verification     *tls.CertificateVerificationError
+		header           tls.RecordHeaderError
+		roots            x509.SystemRootsError
+	)
+	return errors.As(err, &unknownAuthority) || errors.As(err, &invalid) || errors.As(err, &hostname) ||
+		errors.As(err, &verification) || errors.As(err, &header) || errors.As(err, &roots)
+}
+
+// IsConflict says whether err is an optimistic-lock conflict (409 Conflict): the object
+// changed since it was read; read it again and retry.
+func IsConflict(err error) bool { return apierrors.IsConflict(err) }
+
+// Backoff is the delay before try n (n >= 1) of a request that met a fault: exponential from
+// base, capped at max, with up to 25% of jitter either side so that a fleet of targets that
+// met the same blip do not retry in step.
+func Backoff(n int, base, ceiling time.Duration) time.Duration {
+	if n < 1 {
+		n = 1
+	}
+	d := base
+	for i := 1; i < n && d < ceiling; i++ {
+		d *= 2
+	}
+	d = min(d, ceiling)
+	jitter := time.Duration(rand.Int64N(int64(d)/2+1)) - d/4
+	return max0(d + jitter)
+}
+
+func max0(d time.Duration) time.Duration {
+	if d < 0 {
+		return 0
+	}
+	return d
+}
+
+// Retry runs fn until it succeeds, fails with an error that is not transient, ctx ends, or
+// steps tries were made (steps <= 0: until ctx ends), sleeping a jittered exponential backoff
+// between tries. It is for short in-place retries of one request inside a step (a write of a
+// restore); a step that still meets a fault returns it, and the step is retried as a whole.
+// It returns fn's last error.
+func Retry(ctx context.Context, steps int, fn func() error) error {
+	var err error
+	for n := 1; ; n++ {
+		if err = fn(); err == nil || !IsTransient(err) {
+			return err
+		}
+		if steps > 0 && n >= steps {
+			return err
+		}
+		t := time.NewTimer(Backoff(n, 200*time.Millisecond, 5*time.Second))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+}

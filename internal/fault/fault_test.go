@@ -1,0 +1,203 @@
+package fault_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/rewind-dev/rewind/internal/fault"
+)
+
+var gr = schema.GroupResource{Group: "apps", Resource: "deployments"}
+
+// get makes one real HTTP request with client and returns its error.
+func get(t *testing.T, client *http.Client, url string) error {
+	t.Helper()
+	resp, err := client.Get(url)
+	if err == nil {
+		resp.Body.Close()
+		t.Fatalf("GET %s answered %s, want an error", url, resp.Status)
+	}
+	return err
+}
+
+// closedPort returns an address nothing listens on.
+func closedPort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+// resetter accepts connections and resets each one (RST) as soon as a request arrives.
+func resetter(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Read(make([]byte, 1))
+			_ = c.(*net.TCPConn).SetLinger(0)
+			c.Close()
+		}
+	}()
+	return l.Addr().String()
+}
+
+// hangup accepts connections and closes each one without a word once a request arrived.
+func hangup(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Read(make([]byte, 1))
+			c.Close()
+		}
+	}()
+	return l.Addr().String()
+}
+
+func TestIsTransient(t *testing.T) {
+	plain := &http.Client{Timeout: 5 * time.Second}
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-time.After(5 * time.Second):
+		}
+	}))
+	defer slow.Close()
+	tlsServer := httptest.NewTLSServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer tlsServer.Close()
+	plainServer := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer plainServer.Close()
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	reqCanceled, _ := http.NewRequestWithContext(canceled, http.MethodGet, plainServer.URL, nil)
+	_, canceledErr := plain.Do(reqCanceled)
+
+	cases := []struct {
+		// name says what happened.
+		name string
+		// err is the error it gave.
+		err error
+		// want says whether it is a fault to retry.
+		want bool
+	}{
+		{"nil", nil, false},
+		{"429 throttled", apierrors.NewTooManyRequests("slow down", 1), true},
+		{"500 internal error (etcd leader changed)", apierrors.NewInternalError(errors.New("etcdserver: leader changed")), true},
+		{"503 unavailable", apierrors.NewServiceUnavailable("restarting"), true},
+		{"504 server timeout", apierrors.NewTimeoutError("etcd request timed out", 1), true},
+		{"server timeout", apierrors.NewServerTimeout(gr, "update", 1), true},
+		{"502 from a gateway", apierrors.NewGenericServerResponse(http.StatusBadGateway, "get", gr, "x", "", 0, true), true},
+		{"404 not found", apierrors.NewNotFound(gr, "x"), false},
+		{"409 conflict", apierrors.NewConflict(gr, "x", errors.New("modified")), false},
+		{"422 invalid (a CEL message that says immutable)", apierrors.NewInvalid(schema.GroupKind{Kind: "Widget"}, "x",
+			field.ErrorList{field.Invalid(field.NewPath("spec", "size"), 3, "size is immutable")}), false},
+		{"403 forbidden", apierrors.NewForbidden(gr, "x", errors.New("no")), false},
+		{"400 bad request", apierrors.NewBadRequest("bad"), false},
+		{"a 500 wrapped with %w", fmt.Errorf("applying: %w", apierrors.NewInternalError(errors.New("webhook timeout"))), true},
+		{"connection refused", get(t, plain, "http://"+closedPort(t)), true},
+		{"connection reset", get(t, plain, "http://"+resetter(t)), true},
+		{"server closed without an answer (EOF)", get(t, plain, "http://"+hangup(t)), true},
+		{"client timeout", get(t, &http.Client{Timeout: 100 * time.Millisecond}, slow.URL), true},
+		{"context deadline", context.DeadlineExceeded, true},
+		{"context canceled", context.Canceled, false},
+		{"request of a canceled context", canceledErr, false},
+		{"unknown certificate authority", get(t, plain, tlsServer.URL), false},
+		// net/http words this one as a plain string error inside *url.Error: untyped transport
+		// errors count as faults, since taking a fault for a failure rolls a fleet back while
+		// the opposite only makes a target wait (every request, the probe's too, fails alike,
+		// so the member is reported unreachable with this message).
+		{"TLS to a plain HTTP server", get(t, plain, "https://"+plainServer.Listener.Addr().String()), true},
+		{"HTTP/2 GOAWAY", fmt.Errorf("watch: %w", http2.GoAwayError{ErrCode: http2.ErrCodeNo}), true},
+		{"HTTP/2 stream reset", http2.StreamError{StreamID: 1, Code: http2.ErrCodeInternal}, true},
+		{"plain error", errors.New("something broke"), false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := fault.IsTransient(c.err); got != c.want {
+				t.Errorf("IsTransient(%T %v) = %v, want %v", c.err, c.err, got, c.want)
+			}
+		})
+	}
+}
+
+func TestBackoffGrowsWithJitterAndCap(t *testing.T) {
+	base, ceiling := 100*time.Millisecond, 2*time.Second
+	seen := map[time.Duration]bool{}
+	for n := 1; n <= 10; n++ {
+		want := min(base<<(n-1), ceiling)
+		for range 50 {
+			d := fault.Backoff(n, base, ceiling)
+			if d < want*3/4 || d > want*5/4 {
+				t.Fatalf("Backoff(%d) = %v, want within 25%% of %v", n, d, want)
+			}
+			seen[d] = true
+		}
+	}
+	if len(seen) < 20 {
+		t.Errorf("Backoff has no jitter: only %d distinct delays in 500", len(seen))
+	}
+}
+
+func TestRetry(t *testing.T) {
+	ctx := context.Background()
+	tries := 0
+	err := fault.Retry(ctx, 0, func() error {
+		if tries++; tries < 3 {
+			return apierrors.NewTooManyRequests("slow down", 0)
+		}
+		return nil
+	})
+	if err != nil || tries != 3 {
+		t.Errorf("a fault twice then success: err %v after %d tries, want nil after 3", err, tries)
+	}
+
+	tries = 0
+	notFound := apierrors.NewNotFound(gr, "x")
+	if err := fault.Retry(ctx, 0, func() error { tries++; return notFound }); !apierrors.IsNotFound(err) || tries != 1 {
+		t.Errorf("a failure is returned at once: err %v after %d tries", err, tries)
+	}
+
+	tries = 0
+	if err := fault.Retry(ctx, 2, func() error { tries++; return apierrors.NewServiceUnavailable("down") }); !apierrors.IsServiceUnavailable(err) || tries != 2 {
+		t.Errorf("faults stop after the steps given: err %v after %d tries, want 503 after 2", err, tries)
+	}
+
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	tries = 0
+	if err := fault.Retry(short, 0, func() error { tries++; return apierrors.NewServiceUnavailable("down") }); !apierrors.IsServiceUnavailable(err) || short.Err() == nil {
+		t.Errorf("faults are retried until the context ends: err %v, context %v", err, short.Err())
+	}
+}
