@@ -14,6 +14,10 @@ const (
 
 	// ConditionProgressing (Rollout) says clusters are being changed.
 	ConditionProgressing = "Progressing"
+	// ConditionWaiting (Rollout) says some clusters wait on something outside the release
+	// (an unreachable member, an unavailable snapshot store) without failing; the message
+	// names them.
+	ConditionWaiting = "Waiting"
 	// ConditionRolledBack (Rollout) says changed clusters were returned to the previous release.
 	ConditionRolledBack = "RolledBack"
 
@@ -30,10 +34,21 @@ const (
 	ReasonKubeconfigInvalid = "KubeconfigInvalid"
 	ReasonSecretNotFound    = "KubeconfigSecretNotFound"
 	ReasonUnreachable       = "Unreachable"
-	ReasonStored            = "Stored"
-	ReasonHealthGateFailed  = "HealthGateFailed"
-	ReasonPrecheckFailed    = "PrecheckFailed"
-	ReasonRetriesExhausted  = "RetriesExhausted"
+	// ReasonMemberUnreachable (Rollout Waiting, RolloutTarget waitingFor): a member's health
+	// probe has failed for longer than its unreachableTimeout.
+	ReasonMemberUnreachable = "MemberUnreachable"
+	// ReasonSnapshotStoreUnavailable (Rollout Waiting, RolloutTarget waitingFor): the
+	// snapshot store is not Ready or does not answer; clusters wait for it to take their
+	// snapshots.
+	ReasonSnapshotStoreUnavailable = "SnapshotStoreUnavailable"
+	// ReasonRepeatedFaults (Rollout Waiting, RolloutTarget waitingFor): a step keeps meeting
+	// faults (5xx answers, timeouts) although the member answers its health probe, e.g. a
+	// webhook its API server cannot call; it is retried, never failed.
+	ReasonRepeatedFaults   = "RepeatedFaults"
+	ReasonStored           = "Stored"
+	ReasonHealthGateFailed = "HealthGateFailed"
+	ReasonPrecheckFailed   = "PrecheckFailed"
+	ReasonRetriesExhausted = "RetriesExhausted"
 	// ReasonStepFailed: a per-cluster step failed for good (see the message).
 	ReasonStepFailed = "StepFailed"
 	// ReasonFailedClusterRestored: failure policy RollbackFailed restored the failed cluster

@@ -35,6 +35,18 @@ type MemberClusterSpec struct {
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="must be a duration such as 30s, 5m or 1h30m"
 	CheckInterval *metav1.Duration `json:"checkInterval,omitempty"`
+	// unreachableTimeout is how long the controller's health probe of the member (a cheap
+	// request every few seconds) may keep failing before the member counts as unreachable.
+	// Until then a fault on the way to the member (a reset connection, a timeout, a 429 or
+	// 5xx, an API server restarting) is retried in place and never fails a release; after it,
+	// the member's RolloutTargets wait (or fail, where the Rollout's spec.unreachablePolicy is
+	// Fail) and the Rollout says so in its Waiting condition.
+	// +optional
+	// +kubebuilder:default="3m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="must be a duration such as 30s, 5m or 1h30m"
+	UnreachableTimeout *metav1.Duration `json:"unreachableTimeout,omitempty"`
 }
 
 // InstalledRelease is what a member's installed-version record says about one operator.
@@ -79,7 +91,8 @@ type InstalledRelease struct {
 
 // MemberClusterStatus is what the last check found.
 type MemberClusterStatus struct {
-	// conditions: Reachable and Ready.
+	// conditions: Reachable (the health probe's verdict) and Ready (reachable, and its
+	// identity and installed-version records read).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -95,6 +108,15 @@ type MemberClusterStatus struct {
 	// +listType=map
 	// +listMapKey=operator
 	Installed []InstalledRelease `json:"installed,omitempty"`
+	// lastProbeSuccessTime is when the member's API server last answered the controller's
+	// health probe.
+	// +optional
+	LastProbeSuccessTime *metav1.Time `json:"lastProbeSuccessTime,omitempty"`
+	// consecutiveProbeFailures counts the health probes that failed since the last one that
+	// succeeded. The member is unreachable (condition Reachable False) once they reach the
+	// controller's --probe-failure-threshold.
+	// +optional
+	ConsecutiveProbeFailures int32 `json:"consecutiveProbeFailures,omitempty"`
 	// lastCheckTime is when the member was last checked.
 	// +optional
 	LastCheckTime *metav1.Time `json:"lastCheckTime,omitempty"`

@@ -15,6 +15,16 @@ const (
 	FailurePolicyPause = "Pause"
 )
 
+// Unreachable policies: what a cluster whose member stays unreachable past its
+// unreachableTimeout does to its wave.
+const (
+	// UnreachablePolicyHold keeps the cluster waiting (and its wave with it) until the member
+	// is back; nothing fails.
+	UnreachablePolicyHold = "Hold"
+	// UnreachablePolicyFail fails the cluster, and the failure policy acts.
+	UnreachablePolicyFail = "Fail"
+)
+
 // Wave is one step of a rollout: a set of member clusters changed together.
 // +kubebuilder:validation:XValidation:rule="has(self.selector) || (has(self.clusters) && size(self.clusters) > 0)",message="a wave selects clusters: set selector or clusters",reason="FieldValueRequired"
 // +kubebuilder:validation:XValidation:rule="!(has(self.selector) && has(self.clusters) && size(self.clusters) > 0)",message="a wave selects clusters by selector or by name, not both: set only one of selector and clusters"
@@ -121,6 +131,14 @@ type RolloutSpec struct {
 	// +kubebuilder:default=RollbackAll
 	// +kubebuilder:validation:Enum=RollbackAll;RollbackFailed;Pause
 	FailurePolicy string `json:"failurePolicy,omitempty"`
+	// unreachablePolicy says what a cluster does whose member stays unreachable longer than
+	// its MemberCluster's spec.unreachableTimeout: Hold (wait until it is back, holding its
+	// wave; the Rollout's Waiting condition names it) or Fail (fail the cluster, and
+	// failurePolicy acts). Faults shorter than that are retried and never fail anything.
+	// +optional
+	// +kubebuilder:default=Hold
+	// +kubebuilder:validation:Enum=Hold;Fail
+	UnreachablePolicy string `json:"unreachablePolicy,omitempty"`
 	// paused stops the rollout from starting new steps.
 	// +optional
 	Paused bool `json:"paused,omitempty"`

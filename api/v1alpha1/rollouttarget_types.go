@@ -75,6 +75,10 @@ type RolloutTargetSpec struct {
 	PruneOnRollback bool `json:"pruneOnRollback,omitempty"`
 	// +optional
 	SnapshotRetention int32 `json:"snapshotRetention,omitempty"`
+	// unreachablePolicy is the Rollout's spec.unreachablePolicy, as of the revision.
+	// +optional
+	// +kubebuilder:validation:Enum=Hold;Fail
+	UnreachablePolicy string `json:"unreachablePolicy,omitempty"`
 	// snapshotStore is the Rollout's spec.snapshotStore: the SnapshotStore the snapshot step
 	// writes to ("" for hub Secrets with the default key).
 	// +optional
@@ -123,10 +127,25 @@ type RolloutTargetStatus struct {
 	// attempt counts failed tries of the current step.
 	// +optional
 	Attempt int32 `json:"attempt,omitempty"`
-	// nextAttemptAt is when the step is tried again after a failed attempt (exponential
-	// backoff: 1s, 2s, 4s, ... up to 30s).
+	// nextAttemptAt is when the step is tried again after a failed attempt or a fault
+	// (exponential backoff with jitter: about 1s, 2s, 4s, ... up to 30s).
 	// +optional
 	NextAttemptAt *metav1.Time `json:"nextAttemptAt,omitempty"`
+	// faults counts the faults the current step met and retried in place: a reset or refused
+	// connection, a timeout, a 429 or 5xx, an API server restarting, an etcd leader change.
+	// They are never counted as failed attempts.
+	// +optional
+	Faults int32 `json:"faults,omitempty"`
+	// waitingFor says why the target waits without failing: MemberUnreachable (the member's
+	// health probe has failed for longer than its unreachableTimeout) or
+	// SnapshotStoreUnavailable (the snapshot cannot be stored; no cluster changes without
+	// it) or RepeatedFaults (a step keeps meeting faults though the member answers its
+	// probe). Empty when it does not wait. The target goes on by itself when the cause is gone.
+	// +optional
+	WaitingFor string `json:"waitingFor,omitempty"`
+	// waitingSince is when the current wait began.
+	// +optional
+	WaitingSince *metav1.Time `json:"waitingSince,omitempty"`
 	// message explains the phase.
 	// +optional
 	Message string `json:"message,omitempty"`

@@ -238,8 +238,11 @@ func TestUnreachableMemberDoesNotDisturbOthers(t *testing.T) {
 	})
 	mc := waitMember(t, lost.Name, "Reachable=False", func(mc *v1alpha1.MemberCluster) bool { return reachable(mc) == "False" })
 	cond := meta.FindStatusCondition(mc.Status.Conditions, v1alpha1.ConditionReachable)
-	if cond.Reason != v1alpha1.ReasonUnreachable || !strings.Contains(cond.Message, "cannot reach the member's API server "+lost.Server) {
-		t.Errorf("the unreachable condition should say which server cannot be reached: %s: %s", cond.Reason, cond.Message)
+	if cond.Reason != v1alpha1.ReasonUnreachable || !strings.Contains(cond.Message, "health probe of API server "+lost.Server) {
+		t.Errorf("the unreachable condition should say which server's probe fails: %s: %s", cond.Reason, cond.Message)
+	}
+	if mc.Status.ConsecutiveProbeFailures < 3 || mc.Status.LastProbeSuccessTime == nil {
+		t.Errorf("the status should count the failed probes and keep the last success: %+v", mc.Status)
 	}
 	// The other member keeps being checked and stays reachable.
 	before := waitMember(t, kept.Name, "reachable", func(mc *v1alpha1.MemberCluster) bool { return reachable(mc) == "True" }).Status.LastCheckTime

@@ -68,6 +68,11 @@ type Options struct {
 	GatePoll time.Duration
 	// TargetWorkers is how many clusters' steps run at once (default 32).
 	TargetWorkers int
+	// ProbeInterval is how often every member's health is probed (default 5s);
+	// ProbeFailureThreshold the consecutive failed probes that make a member unreachable
+	// (default 3).
+	ProbeInterval         time.Duration
+	ProbeFailureThreshold int
 	// LeaseDuration, RenewDeadline and RetryPeriod tune leader election (0: controller-runtime's
 	// 15s, 10s and 2s). A standby takes over about LeaseDuration (plus up to two jittered
 	// RetryPeriods) after the leader died; test/ha measures it.
@@ -226,7 +231,8 @@ func setupReconcilers(mgr ctrl.Manager, o Options) error {
 	// does not watch) from the API server.
 	members := &member.Cache{Hub: kubeconfigReader{hub: hub, cache: mgr.GetClient()}}
 	releases := &release.Cache{}
-	if err := (&MemberClusterReconciler{Client: mgr.GetClient(), Members: members}).SetupWithManager(mgr); err != nil {
+	probes := &member.Prober{Hub: mgr.GetClient(), Members: members, Interval: o.ProbeInterval, FailureThreshold: o.ProbeFailureThreshold}
+	if err := (&MemberClusterReconciler{Client: mgr.GetClient(), Members: members, Probes: probes}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the MemberCluster controller: %w", err)
 	}
 	if err := (&operatorrelease.Reconciler{Client: hub, Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("rewind-operatorrelease")}).SetupWithManager(mgr); err != nil {
@@ -236,7 +242,7 @@ func setupReconcilers(mgr ctrl.Manager, o Options) error {
 	if err := ro.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the Rollout controller: %w", err)
 	}
-	tr := &target.Reconciler{Client: mgr.GetClient(), Hub: hub, Members: members, Releases: releases,
+	tr := &target.Reconciler{Client: mgr.GetClient(), Hub: hub, Members: members, Probes: probes, Releases: releases,
 		Recorder: mgr.GetEventRecorder("rewind-rollout"), GatePoll: o.GatePoll, Workers: o.TargetWorkers, CrashAt: o.CrashAt,
 		Restores: target.NewMemoryBudget(o.RestoreMemory)}
 	if err := tr.SetupWithManager(mgr); err != nil {

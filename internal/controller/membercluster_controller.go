@@ -14,8 +14,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/member"
@@ -30,6 +32,9 @@ type MemberClusterReconciler struct {
 	client.Client
 	// Members gives access to member clusters (it reads kubeconfig Secrets uncached).
 	Members *member.Cache
+	// Probes is the health probe whose verdict is the Reachable condition (nil: the check's
+	// own outcome decides, as for a member checked outside the controller).
+	Probes *member.Prober
 	// CheckTimeout bounds one check of a member.
 	CheckTimeout time.Duration
 	// Now is the clock (tests inject one).
@@ -79,23 +84,63 @@ func (r *MemberClusterReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	checkCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	info, err := cl.Check(checkCtx)
+	probed := r.setProbe(mc, cl.Host())
 	if err != nil {
-		r.setUnreachable(mc, v1alpha1.ReasonUnreachable, fmt.Sprintf("cannot reach the member's API server %s: %v", cl.Host(), err))
+		msg := fmt.Sprintf("cannot check the member's API server %s: %v", cl.Host(), err)
+		if probed {
+			// One failed check is not a verdict on reachability: the probe gives it.
+			meta.SetStatusCondition(&mc.Status.Conditions, metav1.Condition{
+				Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonUnreachable,
+				Message: msg, ObservedGeneration: mc.Generation,
+			})
+		} else {
+			r.setUnreachable(mc, v1alpha1.ReasonUnreachable, msg)
+		}
 		return ctrl.Result{RequeueAfter: interval}, nil
 	}
 	mc.Status.ClusterID = info.ClusterID
 	mc.Status.ServerVersion = info.ServerVersion
 	mc.Status.Installed = member.Installed(info.Records)
 	msg := fmt.Sprintf("API server %s answered (Kubernetes %s)", cl.Host(), info.ServerVersion)
-	meta.SetStatusCondition(&mc.Status.Conditions, metav1.Condition{
-		Type: v1alpha1.ConditionReachable, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonConnected,
-		Message: msg, ObservedGeneration: mc.Generation,
-	})
-	meta.SetStatusCondition(&mc.Status.Conditions, metav1.Condition{
-		Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonConnected,
-		Message: msg, ObservedGeneration: mc.Generation,
-	})
+	if !probed {
+		meta.SetStatusCondition(&mc.Status.Conditions, metav1.Condition{
+			Type: v1alpha1.ConditionReachable, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonConnected,
+			Message: msg, ObservedGeneration: mc.Generation,
+		})
+	}
+	ready := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonConnected,
+		Message: msg, ObservedGeneration: mc.Generation}
+	if c := meta.FindStatusCondition(mc.Status.Conditions, v1alpha1.ConditionReachable); c != nil && c.Status == metav1.ConditionFalse {
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, c.Reason, c.Message
+	}
+	meta.SetStatusCondition(&mc.Status.Conditions, ready)
 	return ctrl.Result{RequeueAfter: interval}, nil
+}
+
+// setProbe writes the health probe's verdict (the Reachable condition, the last success and
+// the failures since) and says whether there was one.
+func (r *MemberClusterReconciler) setProbe(mc *v1alpha1.MemberCluster, host string) bool {
+	pr, ok := r.Probes.Get(mc.Name)
+	if !ok {
+		return false
+	}
+	mc.Status.ConsecutiveProbeFailures = int32(pr.ConsecutiveFailures)
+	if !pr.LastSuccess.IsZero() {
+		t := metav1.NewTime(pr.LastSuccess)
+		mc.Status.LastProbeSuccessTime = &t
+	}
+	cond := metav1.Condition{Type: v1alpha1.ConditionReachable, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonConnected,
+		Message: fmt.Sprintf("API server %s answers the health probe", host), ObservedGeneration: mc.Generation}
+	if pr.ConsecutiveFailures >= r.Probes.Threshold() {
+		cond.Status, cond.Reason = metav1.ConditionFalse, v1alpha1.ReasonUnreachable
+		cond.Message = fmt.Sprintf("the health probe of API server %s failed %d times in a row since %s: %s",
+			host, pr.ConsecutiveFailures, pr.FailingSince.UTC().Format(time.RFC3339), pr.LastError)
+	} else if pr.ConsecutiveFailures > 0 {
+		cond.Message = fmt.Sprintf("API server %s answered the health probe at %s; %d probes failed since (%s)",
+			host, pr.LastSuccess.UTC().Format(time.RFC3339), pr.ConsecutiveFailures, pr.LastError)
+	}
+	meta.SetStatusCondition(&mc.Status.Conditions, cond)
+	return true
 }
 
 func (r *MemberClusterReconciler) setUnreachable(mc *v1alpha1.MemberCluster, reason, msg string) {
@@ -120,11 +165,25 @@ func (r *MemberClusterReconciler) now() time.Time {
 // members that use it. Several members are checked at once so that an unreachable one never
 // holds up the others.
 func (r *MemberClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.MemberCluster{}).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.membersForSecret)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 8}).
-		Complete(r)
+		WithOptions(controller.Options{MaxConcurrentReconciles: 8})
+	if r.Probes != nil {
+		// A member whose probe verdict changed is written at once, not at its next check.
+		changed := make(chan event.GenericEvent, 1024)
+		r.Probes.Changed = func(name string) {
+			select {
+			case changed <- event.GenericEvent{Object: &v1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: name}}}:
+			default: // full: its next check writes it
+			}
+		}
+		b = b.WatchesRawSource(source.Channel(changed, &handler.EnqueueRequestForObject{}))
+		if err := mgr.Add(r.Probes); err != nil {
+			return err
+		}
+	}
+	return b.Complete(r)
 }
 
 func (r *MemberClusterReconciler) membersForSecret(ctx context.Context, o client.Object) []reconcile.Request {

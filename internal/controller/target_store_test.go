@@ -11,11 +11,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -28,8 +30,8 @@ import (
 	"github.com/rewind-dev/rewind/internal/testfixture"
 )
 
-// The snapshot step of a RolloutTarget writes into the SnapshotStore its spec names, and
-// refuses, for good and naming the store, one that is not Ready.
+// The snapshot step of a RolloutTarget writes into the SnapshotStore its spec names, and waits
+// for one that is not Ready, naming it, until it is.
 func TestTargetSnapshotStepUsesTheSnapshotStore(t *testing.T) {
 	c := testenv.HubClient(t, env.Hub.RESTConfig())
 	ns := testenv.Namespace(t, env.Hub.RESTConfig())
@@ -72,15 +74,41 @@ func TestTargetSnapshotStepUsesTheSnapshotStore(t *testing.T) {
 		return rt, rerr
 	}
 
-	// Not Ready: the target fails at its snapshot step, at once, naming the store.
+	// Not Ready: the target waits at its snapshot step, naming the store, without failing
+	// (nothing changes on the cluster without its snapshot).
 	rt, err := run("refused", "broken")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rt.Status.Phase != v1alpha1.ClusterFailed || rt.Status.Step != target.StepSnapshot || rt.Status.Attempt != 0 ||
+	if rt.Status.Phase != v1alpha1.ClusterUpgrading || rt.Status.Step != target.StepSnapshot || rt.Status.Attempt != 0 ||
+		rt.Status.WaitingFor != v1alpha1.ReasonSnapshotStoreUnavailable || rt.Status.WaitingSince == nil ||
 		!strings.Contains(rt.Status.Message, "snapshot store "+ns+"/broken is not Ready (") ||
-		!strings.Contains(rt.Status.Message, "the Rollout does not start a cluster whose snapshot cannot be stored") {
-		t.Fatalf("target with a store that is not Ready: phase %s step %s attempt %d: %s", rt.Status.Phase, rt.Status.Step, rt.Status.Attempt, rt.Status.Message)
+		!strings.Contains(rt.Status.Message, "no cluster changes without its snapshot") {
+		t.Fatalf("target with a store that is not Ready: phase %s step %s attempt %d waiting for %q: %s",
+			rt.Status.Phase, rt.Status.Step, rt.Status.Attempt, rt.Status.WaitingFor, rt.Status.Message)
+	}
+	// The store is mended: the target goes on by itself (here: to the crash the test injects
+	// after the snapshot) once its wait is over.
+	broken := &v1alpha1.SnapshotStore{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "broken"}, broken); err != nil {
+		t.Fatal(err)
+	}
+	broken.Spec.Path = t.TempDir()
+	if err := c.Update(ctx, broken); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (&SnapshotStoreReconciler{Client: c}).Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(broken)}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, rerr := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(rt)})
+		if err := c.Get(ctx, client.ObjectKeyFromObject(rt), rt); err != nil {
+			return false, err
+		}
+		return errors.Is(rerr, target.ErrCrash), nil
+	})
+	if err != nil || rt.Status.Snapshot != "refused-member1-r1" || rt.Status.WaitingFor != "" {
+		t.Fatalf("once the store is Ready, the target takes its snapshot and goes on: %v, status %+v", err, rt.Status)
 	}
 	// Ready: the snapshot goes into the folder and records its store (the test stops the
 	// target before it applies anything).

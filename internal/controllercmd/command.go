@@ -17,6 +17,7 @@ import (
 
 	"github.com/rewind-dev/rewind/internal/controller"
 	"github.com/rewind-dev/rewind/internal/controller/target"
+	"github.com/rewind-dev/rewind/internal/member"
 	"github.com/rewind-dev/rewind/internal/version"
 )
 
@@ -55,6 +56,8 @@ func AddFlags(cmd *cobra.Command) (*controller.Options, *bool) {
 	f.DurationVar(&o.RetryPeriod, "leader-election-retry-period", 2*time.Second, "how often candidates try to acquire or renew the lease")
 	f.StringSliceVar(&o.KubeconfigNamespaces, "kubeconfig-namespaces", []string{controller.DefaultSystemNamespace}, "namespaces whose member kubeconfig Secrets (labelled "+controller.LabelMemberKubeconfig+"=true) are watched")
 	f.IntVar(&o.TargetWorkers, "target-workers", 32, "how many member clusters' steps run at once")
+	f.DurationVar(&o.ProbeInterval, "probe-interval", member.DefaultProbeInterval, "how often every member's API server is probed (GET /version); the probe, not one failed request, decides that a member is unreachable")
+	f.IntVar(&o.ProbeFailureThreshold, "probe-failure-threshold", member.DefaultProbeFailureThreshold, "consecutive failed probes after which a member is unreachable (its Reachable condition False); its targets wait once that lasts longer than its spec.unreachableTimeout")
 	f.Float32Var(&o.HubQPS, "kube-api-qps", 200, "the most requests per second to the hub API server, on average (its API priority and fairness protects it too)")
 	f.IntVar(&o.HubBurst, "kube-api-burst", 500, "the most requests to the hub API server in a burst above --kube-api-qps (a wave of N clusters makes about 25 hub requests per cluster)")
 	f.DurationVar(&o.GatePoll, "gate-poll", 2*time.Second, "how often unhealthy clusters are re-checked during a health gate or bake")

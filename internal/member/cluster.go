@@ -6,15 +6,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -337,24 +334,4 @@ func credentialsKey(cfg *rest.Config) string {
 		sum.Write([]byte(cfg.ExecProvider.Command + strings.Join(cfg.ExecProvider.Args, "\x00")))
 	}
 	return hex.EncodeToString(sum.Sum(nil))
-}
-
-// IsUnreachable says whether err means the member's API server could not be reached or did
-// not answer: a network error (refused, reset, no route, DNS, a timeout) from the transport.
-// An error the API server itself returned (a Status, e.g. a webhook it failed to call) is
-// not, whatever its message says.
-func IsUnreachable(err error) bool {
-	if err == nil {
-		return false
-	}
-	var status apierrors.APIStatus
-	if errors.As(err, &status) {
-		return false
-	}
-	var netErr net.Error
-	if errors.As(err, &netErr) {
-		return true
-	}
-	var urlErr *url.Error
-	return errors.As(err, &urlErr)
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/apply"
+	"github.com/rewind-dev/rewind/internal/fault"
 	"github.com/rewind-dev/rewind/internal/member"
 	"github.com/rewind-dev/rewind/internal/testbed/testenv"
 )
@@ -160,10 +161,11 @@ func TestScoped(t *testing.T) {
 	}
 }
 
-// IsUnreachable decides by the error's type: a webhook failure reported by a healthy API
-// server (whose text says "connect: connection refused") is not unreachability; a refused
-// connection or a timeout talking to the API server is.
-func TestIsUnreachable(t *testing.T) {
+// Errors from a real API server and from real connections are classified by type: a webhook
+// the API server could not call (a 500 that names a refused connection) is a fault to retry,
+// as are a refused connection and an API server that never answers; a missing object is not.
+// None of them alone says a member is unreachable: the health probe does (TestProber).
+func TestFaultsFromRealConnections(t *testing.T) {
 	ctx := t.Context()
 	cl := newCluster(t)
 	ns := testenv.Namespace(t, env.Hub.RESTConfig())
@@ -207,8 +209,12 @@ webhooks:
 	if webhookErr == nil || !apierrors.IsInternalError(webhookErr) || !strings.Contains(webhookErr.Error(), "connect: connection refused") {
 		t.Fatalf("want the API server to report the failed webhook call, got %v", webhookErr)
 	}
-	if member.IsUnreachable(webhookErr) {
-		t.Fatalf("a webhook failure reported by a healthy API server is not unreachability: %v", webhookErr)
+	if !fault.IsTransient(webhookErr) {
+		t.Fatalf("a webhook the API server could not call is a fault to retry: %v", webhookErr)
+	}
+	notFound := cl.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "no-such-configmap"}, &corev1.ConfigMap{})
+	if !apierrors.IsNotFound(notFound) || fault.IsTransient(notFound) {
+		t.Fatalf("a missing object is an answer, not a fault: %v", notFound)
 	}
 
 	refused, err := member.New("gone", &rest.Config{Host: fmt.Sprintf("https://127.0.0.1:%d", closed), Timeout: 5 * time.Second})
@@ -216,8 +222,8 @@ webhooks:
 		t.Fatal(err)
 	}
 	err = refused.Client.Get(ctx, client.ObjectKey{Name: "kube-system"}, &corev1.Namespace{})
-	if !member.IsUnreachable(err) {
-		t.Fatalf("a refused connection is unreachability: %v", err)
+	if !fault.IsTransient(err) {
+		t.Fatalf("a refused connection is a fault: %v", err)
 	}
 
 	silent := silentServer(t)
@@ -226,8 +232,8 @@ webhooks:
 		t.Fatal(err)
 	}
 	err = hung.Client.Get(ctx, client.ObjectKey{Name: "kube-system"}, &corev1.Namespace{})
-	if !member.IsUnreachable(err) {
-		t.Fatalf("an API server that never answers is unreachable: %v", err)
+	if !fault.IsTransient(err) {
+		t.Fatalf("an API server that never answers is a fault: %v", err)
 	}
 }
 

@@ -61,9 +61,18 @@ var (
 	RolloutStalled = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "rewind_rollout_stalled", Help: "1 while the rollout is Stalled (a person must act), by reason.",
 	}, []string{"namespace", "rollout", "reason"})
+	// FaultRetries counts the faults per-cluster steps met and retried in place.
+	FaultRetries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rewind_fault_retries_total", Help: "Faults (reset or refused connections, timeouts, 429s, 5xx, API server restarts) a per-cluster step met and retried in place, by step.",
+	}, []string{"namespace", "rollout", "cluster", "step"})
+	// MemberProbeFailures is the consecutive failed health probes of each member (0 while it
+	// answers).
+	MemberProbeFailures = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "rewind_member_probe_consecutive_failures", Help: "Consecutive failed health probes of a member cluster (0 while it answers).",
+	}, []string{"cluster"})
 )
 
 func init() {
 	metrics.Registry.MustRegister(RolloutDuration, WaveDuration, StepDuration, ClusterDuration, GateFailures, Restores, Rollbacks,
-		SnapshotBytes, SnapshotFailures, Transitions, RolloutPhase, RolloutStalled)
+		SnapshotBytes, SnapshotFailures, Transitions, RolloutPhase, RolloutStalled, FaultRetries, MemberProbeFailures)
 }

@@ -101,6 +101,17 @@ func GenerateName(cluster, operator string, t time.Time) string {
 	return strings.Trim(n, "-.")
 }
 
+// StoreError says the snapshot store could not be opened or did not take the payload (the
+// capture itself went well, or had not failed first).
+type StoreError struct {
+	// Store is the store's URL (no credentials).
+	Store string
+	Err   error
+}
+
+func (e *StoreError) Error() string { return fmt.Sprintf("snapshot store %s: %v", e.Store, e.Err) }
+func (e *StoreError) Unwrap() error { return e.Err }
+
 // Take captures the member of cfg, stores the encrypted payload and records a Snapshot in the
 // hub with its metadata. It is idempotent by name.
 func (h *Hub) Take(ctx context.Context, cl *member.Cluster, r Request) (*v1alpha1.Snapshot, error) {
@@ -151,7 +162,7 @@ func (h *Hub) Take(ctx context.Context, cl *member.Cluster, r Request) (*v1alpha
 		store, err = h.openStore(ctx, r.StoreURL)
 	}
 	if err != nil {
-		return nil, err
+		return nil, &StoreError{Store: r.StoreURL, Err: err}
 	}
 	defer closeStore(store)
 	pr, pw := io.Pipe()
@@ -199,7 +210,7 @@ func (h *Hub) Take(ctx context.Context, cl *member.Cluster, r Request) (*v1alpha
 	case out.err != nil && (captureFirst || putErr == nil):
 		return nil, fmt.Errorf("capturing %s: %w", r.Cluster, out.err)
 	case putErr != nil:
-		return nil, fmt.Errorf("storing snapshot %s: %w", r.Name, putErr)
+		return nil, &StoreError{Store: r.StoreURL, Err: fmt.Errorf("storing snapshot %s: %w", r.Name, putErr)}
 	}
 	base := snap.DeepCopy()
 	now := metav1.NewTime(out.res.CapturedAt)
@@ -227,7 +238,7 @@ func (h *Hub) Take(ctx context.Context, cl *member.Cluster, r Request) (*v1alpha
 	// says Ready, so an imported hub finds every snapshot this hub has.
 	if r.Store != nil && r.Store.Metadata {
 		if err := putMetadata(ctx, store, snap); err != nil {
-			return nil, fmt.Errorf("storing the metadata of snapshot %s: %w", r.Name, err)
+			return nil, &StoreError{Store: r.StoreURL, Err: fmt.Errorf("storing the metadata of snapshot %s: %w", r.Name, err)}
 		}
 	}
 	if err := h.Client.Status().Patch(ctx, snap, client.MergeFrom(base)); err != nil {

@@ -100,6 +100,9 @@ func startManager(t *testing.T, ns string, crashAt func(cluster, step string) bo
 func startManagerWith(t *testing.T, ns string, o controller.Options) (stop func()) {
 	t.Helper()
 	o.MetricsAddr, o.ProbeAddr, o.SkipNameValidation, o.GatePoll = "0", "0", true, 300*time.Millisecond
+	if o.ProbeInterval == 0 {
+		o.ProbeInterval = 500 * time.Millisecond // a lost member is noticed within seconds
+	}
 	mgr, err := controller.NewManager(testenv.ControllerConfig(t, env.Hub, ns), o)
 	if err != nil {
 		t.Fatal(err)
@@ -492,23 +495,92 @@ func TestWave2FailsRollsBackWave1Too(t *testing.T) {
 	}
 }
 
+// setUnreachableTimeout gives a member a short spec.unreachableTimeout for one test.
+func setUnreachableTimeout(t *testing.T, name string, d time.Duration) {
+	t.Helper()
+	set := func(d *metav1.Duration) error {
+		mc := &v1alpha1.MemberCluster{}
+		if err := hub(t).Get(context.Background(), client.ObjectKey{Name: name}, mc); err != nil {
+			return err
+		}
+		mc.Spec.UnreachableTimeout = d
+		return hub(t).Update(context.Background(), mc)
+	}
+	if err := set(&metav1.Duration{Duration: d}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := set(nil); err != nil {
+			t.Errorf("resetting %s's unreachableTimeout: %v", name, err)
+		}
+	})
+}
+
+// A member lost mid-rollout is not a failed release: its target waits (spec.unreachablePolicy
+// Hold, the default), the Rollout's Waiting condition says why, the member's Reachable
+// condition is False, and once the member is back the rollout goes on and succeeds, nothing
+// rolled back. With unreachablePolicy Fail, the same loss fails the cluster and the failure
+// policy rolls the changed clusters back.
 func TestMemberLostMidRollout(t *testing.T) {
 	f := newFleet(t, []v1alpha1.Wave{{Name: "all", Clusters: []string{"member1", "member2", "member3"}, MaxConcurrency: 3}})
 	startManager(t, f.ns, nil)
 	f.waitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	f.populate()
 	lost := env.Members[2]
+	setUnreachableTimeout(t, lost.Name, 5*time.Second)
 	lost.StopAPIServer()
 	t.Cleanup(func() { _ = lost.StartAPIServer(context.Background()) })
 	f.setRelease("mysql-b", nil)
-	ro := f.waitPhase("mysql-a", v1alpha1.RolloutRolledBack, 4*time.Minute)
+
+	var ro *v1alpha1.Rollout
+	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		ro = f.rollout()
+		c := meta.FindStatusCondition(ro.Status.Conditions, v1alpha1.ConditionWaiting)
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonMemberUnreachable && strings.Contains(c.Message, "member3"), nil
+	})
+	if err != nil {
+		t.Fatalf("the Rollout must say that member3 is unreachable and waited for: %+v", ro.Status.Conditions)
+	}
+	if ro.Status.Phase != v1alpha1.RolloutProgressing || ro.Status.CurrentRelease != "mysql-b" || ro.Status.FailedRelease != "" {
+		t.Fatalf("an unreachable member holds the wave; nothing fails: phase %s, release %s, failed %q", ro.Status.Phase, ro.Status.CurrentRelease, ro.Status.FailedRelease)
+	}
+	if st := f.target("member3").Status; st.WaitingFor != v1alpha1.ReasonMemberUnreachable || st.Phase != v1alpha1.ClusterUpgrading {
+		t.Errorf("member3's target must wait for its member: %+v", st)
+	}
+	mc := &v1alpha1.MemberCluster{}
+	if err := hub(t).Get(t.Context(), client.ObjectKey{Name: lost.Name}, mc); err != nil {
+		t.Fatal(err)
+	}
+	if c := meta.FindStatusCondition(mc.Status.Conditions, v1alpha1.ConditionReachable); c == nil || c.Status != metav1.ConditionFalse ||
+		mc.Status.ConsecutiveProbeFailures < 3 || mc.Status.LastProbeSuccessTime == nil {
+		t.Errorf("member3's status must show the failed probes: %+v", mc.Status)
+	}
+
+	// The member comes back: the rollout goes on by itself.
+	if err := lost.StartAPIServer(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	ro = f.waitPhase("mysql-b", v1alpha1.RolloutSucceeded, 3*time.Minute)
+	if c := meta.FindStatusCondition(ro.Status.Conditions, v1alpha1.ConditionWaiting); c != nil {
+		t.Errorf("no cluster waits any more: %+v", c)
+	}
+	for _, m := range env.Members {
+		if rec := f.record(m); rec == nil || rec.Release != "mysql-b" {
+			t.Errorf("%s record %+v, want mysql-b", m.Name, rec)
+		}
+	}
+	if n := f.countEvents("AutomaticRollback"); n != 0 {
+		t.Errorf("a member that was away is not a failed release: %d automatic rollbacks", n)
+	}
+
+	// unreachablePolicy Fail: the same loss fails the cluster and the rollout rolls the
+	// clusters it changed back.
+	lost.StopAPIServer()
+	f.setRelease("mysql-b-picky", func(s *v1alpha1.RolloutSpec) { s.UnreachablePolicy = v1alpha1.UnreachablePolicyFail })
+	ro = f.waitPhase("mysql-b", v1alpha1.RolloutRolledBack, 4*time.Minute)
 	cond := meta.FindStatusCondition(ro.Status.Conditions, v1alpha1.ConditionRolledBack)
 	if cond == nil || !strings.Contains(cond.Message, "member3") || !strings.Contains(cond.Message, "unreachable") {
 		t.Errorf("the rollback reason must name the lost member and say it is unreachable: %+v", cond)
-	}
-	for _, m := range env.Members[:2] {
-		if rec := f.record(m); rec == nil || rec.Release != "mysql-a" {
-			t.Errorf("%s record %+v, want mysql-a (the policy rolls back every changed cluster)", m.Name, rec)
-		}
 	}
 }
 

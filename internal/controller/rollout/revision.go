@@ -170,6 +170,7 @@ func (r *Reconciler) writeTargets(ctx context.Context, s *scope, revision int32,
 			Manifests: p.Manifests, FromManifests: p.FromManifests,
 			Operator: ro.Spec.Operator, InstallNamespace: ro.Spec.InstallNamespace, HealthGates: ro.Spec.HealthGates,
 			PruneOnRollback: ro.Spec.PruneOnRollback, SnapshotRetention: ro.Spec.SnapshotRetention, SnapshotStore: ro.Spec.SnapshotStore,
+			UnreachablePolicy: ro.Spec.UnreachablePolicy,
 			// A cluster with nothing to do is opened at once: its executor only records it.
 			Start:  p.Path == v1alpha1.PathNone,
 			Reason: reason,

@@ -51,6 +51,39 @@ func (s *scope) aggregate() {
 	ro.Status.Targets = counts
 	ro.Status.Failures = failures
 	ro.Status.ClustersDone = fmt.Sprintf("%d/%d", done, counts.Total)
+	s.setWaiting()
+}
+
+// maxWaiting bounds the waiting clusters the Waiting condition names.
+const maxWaiting = 10
+
+// setWaiting says, in the Waiting condition, which clusters wait on something outside the
+// release (an unreachable member, an unavailable snapshot store) and why; it is removed when
+// none does.
+func (s *scope) setWaiting() {
+	var parts []string
+	reason, n := "", 0
+	for _, t := range s.current() {
+		if t.Status.WaitingFor == "" || target.Terminal(phaseOf(t)) {
+			continue
+		}
+		n++
+		if reason == "" {
+			reason = t.Status.WaitingFor
+		}
+		if len(parts) < maxWaiting {
+			parts = append(parts, fmt.Sprintf("%s waits at %s: %s", t.Spec.Cluster, t.Status.Step, truncate(t.Status.Message, 300)))
+		}
+	}
+	if n == 0 {
+		meta.RemoveStatusCondition(&s.ro.Status.Conditions, v1alpha1.ConditionWaiting)
+		return
+	}
+	msg := strings.Join(parts, "; ")
+	if n > len(parts) {
+		msg += fmt.Sprintf("; and %d more clusters", n-len(parts))
+	}
+	s.condition(v1alpha1.ConditionWaiting, metav1.ConditionTrue, reason, fmt.Sprintf("%d clusters wait without failing: %s", n, msg))
 }
 
 // setPhase records a phase in progress.

@@ -27,14 +27,26 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/fault"
 	"github.com/rewind-dev/rewind/internal/member"
 	"github.com/rewind-dev/rewind/internal/metrics"
 	"github.com/rewind-dev/rewind/internal/release"
 	"github.com/rewind-dev/rewind/internal/snapshot"
 )
 
-// MaxAttempts bounds the tries of one step before the target fails.
+// MaxAttempts bounds the tries of one step that failed (not faults: those are retried until
+// the member counts as unreachable) before the target fails.
 const MaxAttempts = 5
+
+// Backoff of a step that met a fault, and how often a waiting target looks again.
+const (
+	faultBackoffBase = time.Second
+	faultBackoffMax  = 30 * time.Second
+	waitPoll         = 5 * time.Second
+	// faultsBeforeWaiting is how many faults in a row (about 3 minutes of backoff) make a
+	// step that still meets them say that it waits (waitingFor RepeatedFaults).
+	faultsBeforeWaiting = 10
+)
 
 // ErrCrash is returned when a test's CrashAt hook stops the reconciler at a step.
 var ErrCrash = errors.New("crash injected")
@@ -47,6 +59,8 @@ type Reconciler struct {
 	Hub    client.Reader
 	// Members gives access to member clusters.
 	Members *member.Cache
+	// Probes says which members the health probe finds unreachable (nil: none is).
+	Probes *member.Prober
 	// Releases caches releases' manifests.
 	Releases *release.Cache
 	// Recorder records Events on the Rollout.
@@ -97,6 +111,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	if perr := x.patch(ctx); perr != nil {
+		if apierrors.IsConflict(perr) {
+			// Another write got there first (a stale read): read again, nothing recorded.
+			return ctrl.Result{RequeueAfter: time.Millisecond}, err
+		}
 		err = errors.Join(err, perr)
 	}
 	return res, err
@@ -153,19 +171,26 @@ func (r *Reconciler) reconcile(ctx context.Context, x *execution) (ctrl.Result, 
 		started := time.Now()
 		wait, err := r.runStep(ctx, x)
 		metrics.StepDuration.WithLabelValues(t.Namespace, t.Spec.Rollout, t.Spec.Cluster, name).Observe(time.Since(started).Seconds())
+		var we *waitError
 		switch {
+		case ctx.Err() != nil:
+			return ctrl.Result{}, ctx.Err() // shutting down: the journal resumes
 		case err == nil && wait > 0:
+			r.resumed(x)
 			return ctrl.Result{RequeueAfter: wait}, nil // still waiting (a health gate)
 		case err == nil:
+			r.resumed(x)
 			r.stepDone(x)
 			continue
-		case isTerminal(err) || errors.Is(err, context.Canceled) && ctx.Err() != nil:
-			if ctx.Err() != nil {
-				return ctrl.Result{}, ctx.Err() // shutting down: the journal resumes
-			}
+		case isTerminal(err):
 			r.fail(x, err.Error())
 			return ctrl.Result{}, nil
+		case errors.As(err, &we):
+			return r.wait(x, we.reason, we.Error(), waitPoll), nil
+		case fault.IsTransient(err) || apierrors.IsConflict(err):
+			return r.fault(ctx, x, err), nil
 		}
+		r.resumed(x)
 		st.Attempt++
 		st.Message = fmt.Sprintf("%s failed (attempt %d of %d): %v", st.Step, st.Attempt, MaxAttempts, err)
 		if st.Attempt >= MaxAttempts {
@@ -197,8 +222,6 @@ func (r *Reconciler) runStep(ctx context.Context, x *execution) (time.Duration, 
 	x.cl = cl
 	wait, err := s.run(ctx, x)
 	switch {
-	case err != nil && member.IsUnreachable(err):
-		return 0, terminalf("member API server %s is unreachable: %v", cl.Host(), err)
 	case apierrors.IsForbidden(err):
 		// Retrying does not grant a permission: say which one is missing, at once.
 		return 0, terminalf("%v (the controller's identity lacks this permission on the hub or on member %s: see README, Permissions)", err, x.t.Spec.Cluster)
@@ -213,7 +236,81 @@ func (r *Reconciler) stepDone(x *execution) {
 	if x.skipTo != "" {
 		next, x.skipTo = x.skipTo, ""
 	}
-	st.Step, st.StepStartedAt, st.Attempt, st.NextAttemptAt, st.Message = next, &now, 0, nil, ""
+	st.Step, st.StepStartedAt, st.Attempt, st.Faults, st.NextAttemptAt, st.Message = next, &now, 0, 0, nil, ""
+}
+
+// fault handles an error the world caused (fault.IsTransient, or an optimistic-lock
+// conflict): the step is tried again after a jittered backoff, as often as it takes, and the
+// attempt is not counted. Only a member the health probe has found unreachable for longer
+// than its unreachableTimeout stops that: the target then waits for it, or fails with the
+// Rollout's spec.unreachablePolicy Fail.
+func (r *Reconciler) fault(ctx context.Context, x *execution, err error) ctrl.Result {
+	t, st := x.t, &x.t.Status
+	st.Faults++
+	step := st.Step
+	x.afterWrite(func() { metrics.FaultRetries.WithLabelValues(t.Namespace, t.Spec.Rollout, t.Spec.Cluster, step).Inc() })
+	if since, lastErr, ok := r.Probes.Unreachable(t.Spec.Cluster); ok {
+		mc := &v1alpha1.MemberCluster{}
+		if gerr := r.Client.Get(ctx, client.ObjectKey{Name: t.Spec.Cluster}, mc); gerr == nil || apierrors.IsNotFound(gerr) {
+			if timeout := member.UnreachableTimeout(mc); r.now().Sub(since) >= timeout {
+				msg := fmt.Sprintf("member %s has been unreachable since %s (longer than its unreachableTimeout %s): %s",
+					t.Spec.Cluster, since.UTC().Format(time.RFC3339), timeout, lastErr)
+				if t.Spec.UnreachablePolicy == v1alpha1.UnreachablePolicyFail {
+					r.fail(x, msg+" (spec.unreachablePolicy Fail)")
+					return ctrl.Result{}
+				}
+				return r.wait(x, v1alpha1.ReasonMemberUnreachable, msg+"; the cluster waits until it answers (spec.unreachablePolicy Hold)", waitPoll)
+			}
+		}
+	}
+	backoff := fault.Backoff(int(st.Faults), faultBackoffBase, faultBackoffMax)
+	msg := fmt.Sprintf("%s met a fault, retried in %s (fault %d of this step; faults never fail a release): %v",
+		step, backoff.Round(100*time.Millisecond), st.Faults, err)
+	if st.Faults >= faultsBeforeWaiting {
+		// The member answers its probe, but this step keeps meeting faults (a webhook the
+		// member's API server cannot call, an overloaded etcd): say so where people look.
+		return r.wait(x, v1alpha1.ReasonRepeatedFaults, msg, backoff)
+	}
+	st.Message = msg
+	return r.retryAfter(x, backoff)
+}
+
+// retryAfter schedules the current step again after d, rounded up to the second as status
+// times are stored (the wait is never shorter).
+func (r *Reconciler) retryAfter(x *execution, d time.Duration) ctrl.Result {
+	next := metav1.NewTime(r.now().Add(d).Truncate(time.Second).Add(time.Second))
+	x.t.Status.NextAttemptAt = &next
+	return ctrl.Result{RequeueAfter: next.Sub(r.now())}
+}
+
+// wait holds a target on something outside the release (reason: an unreachable member, an
+// unavailable snapshot store, repeated faults) without failing it; it tries again after
+// retry and goes on by itself once the cause is gone.
+func (r *Reconciler) wait(x *execution, reason, msg string, retry time.Duration) ctrl.Result {
+	t, st := x.t, &x.t.Status
+	if st.WaitingFor != reason {
+		now := metav1.NewTime(r.now())
+		st.WaitingFor, st.WaitingSince = reason, &now
+		x.event("Warning", "ClusterWaiting", "%s: %s", t.Spec.Cluster, msg)
+	}
+	st.Message = msg
+	return r.retryAfter(x, retry)
+}
+
+// resumed ends a wait once a step ran again without a fault. A health gate's timeout counts
+// from there when the member was unreachable: the release is judged on the time it had.
+func (r *Reconciler) resumed(x *execution) {
+	t, st := x.t, &x.t.Status
+	if st.WaitingFor == "" {
+		return
+	}
+	if st.WaitingFor == v1alpha1.ReasonMemberUnreachable && st.Step == StepHealthGate {
+		now := metav1.NewTime(r.now())
+		st.StepStartedAt = &now
+	}
+	x.event("Normal", "ClusterResumed", "%s: %s goes on after waiting since %s (%s)", t.Spec.Cluster, st.Step,
+		st.WaitingSince.UTC().Format(time.RFC3339), st.WaitingFor)
+	st.WaitingFor, st.WaitingSince = "", nil
 }
 
 // finish ends a target whose steps are all done.
@@ -228,7 +325,9 @@ func (r *Reconciler) finish(x *execution) {
 	case t.Spec.Path == v1alpha1.PathRestore:
 		st.Phase = v1alpha1.ClusterRolledBack
 		st.Message = fmt.Sprintf("restored to snapshot %s and %s", t.Spec.Snapshot, t.Spec.ToRelease)
-		metrics.Restores.WithLabelValues(t.Namespace, t.Spec.Rollout, t.Spec.Cluster, "Succeeded").Inc()
+		x.afterWrite(func() {
+			metrics.Restores.WithLabelValues(t.Namespace, t.Spec.Rollout, t.Spec.Cluster, "Succeeded").Inc()
+		})
 	case t.Spec.Path == v1alpha1.PathNone:
 		st.Phase = v1alpha1.ClusterSucceeded
 		if st.Message == "" {
@@ -239,7 +338,10 @@ func (r *Reconciler) finish(x *execution) {
 		st.Message = fmt.Sprintf("runs %s", t.Spec.ToRelease)
 	}
 	if st.StartedAt != nil {
-		metrics.ClusterDuration.WithLabelValues(t.Namespace, t.Spec.Rollout, t.Spec.Cluster, t.Spec.Path).Observe(now.Sub(st.StartedAt.Time).Seconds())
+		took := now.Sub(st.StartedAt.Time).Seconds()
+		x.afterWrite(func() {
+			metrics.ClusterDuration.WithLabelValues(t.Namespace, t.Spec.Rollout, t.Spec.Cluster, t.Spec.Path).Observe(took)
+		})
 	}
 	x.event("Normal", "Cluster"+st.Phase, "%s: %s", t.Spec.Cluster, st.Message)
 }
@@ -249,11 +351,12 @@ func (r *Reconciler) fail(x *execution, msg string) {
 	t, st := x.t, &x.t.Status
 	now := metav1.NewTime(r.now())
 	st.Phase, st.Message, st.FinishedAt, st.NextAttemptAt = v1alpha1.ClusterFailed, msg, &now, nil
+	st.WaitingFor, st.WaitingSince = "", nil
 	if st.Step == StepHealthGate {
-		metrics.GateFailures.WithLabelValues(t.Namespace, t.Spec.Rollout, t.Spec.Cluster).Inc()
+		x.afterWrite(func() { metrics.GateFailures.WithLabelValues(t.Namespace, t.Spec.Rollout, t.Spec.Cluster).Inc() })
 	}
 	if t.Spec.Path == v1alpha1.PathRestore {
-		metrics.Restores.WithLabelValues(t.Namespace, t.Spec.Rollout, t.Spec.Cluster, "Failed").Inc()
+		x.afterWrite(func() { metrics.Restores.WithLabelValues(t.Namespace, t.Spec.Rollout, t.Spec.Cluster, "Failed").Inc() })
 	}
 	x.event("Warning", "ClusterFailed", "%s: %s", t.Spec.Cluster, msg)
 }
@@ -276,12 +379,18 @@ func (r *Reconciler) bake(ctx context.Context, x *execution) (ctrl.Result, error
 	}
 	cl, err := r.Members.Get(ctx, t.Spec.Cluster)
 	if err != nil {
+		if fault.IsTransient(err) {
+			return ctrl.Result{RequeueAfter: r.gatePoll()}, nil
+		}
 		return ctrl.Result{}, err
 	}
 	x.cl = cl
 	res, err := x.checkHealth(ctx)
 	if err != nil {
-		return ctrl.Result{}, err // a transient error does not fail a bake; it is retried
+		if fault.IsTransient(err) {
+			return ctrl.Result{RequeueAfter: r.gatePoll()}, nil // a fault does not fail a bake
+		}
+		return ctrl.Result{}, err
 	}
 	checked := metav1.NewTime(now)
 	st.HealthCheckedAt = &checked
@@ -301,11 +410,19 @@ type execution struct {
 	cl   *member.Cluster
 	// skipTo, set by a step that succeeds, is the step to go to instead of the next one.
 	skipTo string
+	// after are the Events and metrics of what this reconcile recorded, emitted once the
+	// status write that records it succeeded (never twice for one transition after a
+	// conflict).
+	after []func()
 }
+
+// afterWrite queues fn until the status that records what it reports is written.
+func (x *execution) afterWrite(fn func()) { x.after = append(x.after, fn) }
 
 // patch writes the status if it changed.
 func (x *execution) patch(ctx context.Context) error {
 	if equality.Semantic.DeepEqual(x.base.Status, x.t.Status) {
+		x.flush()
 		return nil
 	}
 	// With the resourceVersion read: a merge patch from a stale read (the cache behind this
@@ -313,10 +430,21 @@ func (x *execution) patch(ctx context.Context) error {
 	// journal on record would lose them (a step emptied by a reset, then set to its old
 	// value, stayed empty). A conflict requeues the target with a fresh read.
 	if err := x.r.Client.Status().Patch(ctx, x.t, client.MergeFromWithOptions(x.base, client.MergeFromWithOptimisticLock{})); err != nil {
+		x.after = nil // not recorded: a fresh read does it again
 		return fmt.Errorf("patching RolloutTarget status: %w", err)
 	}
 	x.base = x.t.DeepCopy()
+	x.flush()
 	return nil
+}
+
+// flush emits what the last write recorded.
+func (x *execution) flush() {
+	after := x.after
+	x.after = nil
+	for _, fn := range after {
+		fn()
+	}
 }
 
 // release loads a release of the target's namespace (cached: releases are immutable).
@@ -359,6 +487,10 @@ func (x *execution) hub() *snapshot.Hub {
 
 // event records an Event on the target's Rollout (where people look), naming the target.
 func (x *execution) event(typ, reason, format string, args ...any) {
+	x.afterWrite(func() { x.emit(typ, reason, format, args...) })
+}
+
+func (x *execution) emit(typ, reason, format string, args ...any) {
 	metrics.Transitions.WithLabelValues(reason).Inc()
 	if x.r.Recorder == nil {
 		return

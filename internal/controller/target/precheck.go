@@ -34,11 +34,17 @@ func (precheck) run(ctx context.Context, x *execution) (time.Duration, error) {
 	}
 	if rec != nil && rec.Release == t.Spec.ToRelease && (rec.Digest == "" || rec.Digest == x.manifestDigest(rel)) {
 		// Already there (an upgrade that finished but was not recorded as done): nothing to
-		// change, if nothing drifted.
-		if d, err := x.drift(ctx, rec); err == nil && len(d) == 0 {
+		// change, if nothing drifted. A failed read is returned (a fault is retried), never
+		// taken for drift.
+		d, err := x.drift(ctx, rec)
+		if err != nil {
+			return 0, err
+		}
+		if len(d) == 0 {
 			x.skipTo = StepDone
 			return 0, nil
 		}
+		return 0, terminalf("precheck: the cluster runs %s but drifts from it: %v", rec.Release, d)
 	}
 	want := t.Spec.FromRelease
 	switch {

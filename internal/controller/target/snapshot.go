@@ -15,6 +15,11 @@ import (
 	"github.com/rewind-dev/rewind/internal/snapshot/snapstore"
 )
 
+// storeUnavailable makes the target wait for its snapshot store.
+func storeUnavailable(err error) error {
+	return &waitError{reason: v1alpha1.ReasonSnapshotStoreUnavailable, err: err}
+}
+
 // takeSnapshot captures the cluster's operator state under the release it runs, before
 // anything changes. It is idempotent by name: a snapshot already complete is not taken again.
 type takeSnapshot struct{}
@@ -29,14 +34,14 @@ func (takeSnapshot) run(ctx context.Context, x *execution) (time.Duration, error
 		var nre *snapstore.NotReadyError
 		switch {
 		case errors.As(err, &nre):
-			return 0, terminalf("%v: the Rollout does not start a cluster whose snapshot cannot be stored", err)
+			return 0, storeUnavailable(fmt.Errorf("%w: no cluster changes without its snapshot; the cluster goes on once the store is Ready", err))
 		case apierrors.IsNotFound(err):
-			return 0, terminalf("snapshot store %s (spec.snapshotStore): %v: the Rollout does not start a cluster whose snapshot cannot be stored", name, err)
+			return 0, storeUnavailable(fmt.Errorf("snapshot store %s (spec.snapshotStore) does not exist: create it, or name another; no cluster changes without its snapshot", name))
 		case err != nil:
-			return 0, err // the hub did not answer: tried again with backoff
+			return 0, err // the hub did not answer: a fault, tried again
 		}
 		if store, err = snapstore.FromObject(ctx, hub.Client, st); err != nil {
-			return 0, err // a Secret or the KMS may be back on the next attempt
+			return 0, storeUnavailable(fmt.Errorf("snapshot store %s: %w", name, err)) // a Secret or the KMS may be back
 		}
 	}
 	opts := snapshot.Options{Operator: t.Spec.Operator, Namespace: t.Spec.InstallNamespace}
@@ -60,6 +65,10 @@ func (takeSnapshot) run(ctx context.Context, x *execution) (time.Duration, error
 		Retention: int(t.Spec.SnapshotRetention), Capture: opts, Store: store,
 		Labels: map[string]string{v1alpha1.LabelRollout: t.Spec.Rollout, v1alpha1.LabelRevision: strconv.Itoa(int(t.Spec.Revision))},
 	})
+	var se *snapshot.StoreError
+	if errors.As(err, &se) {
+		return 0, storeUnavailable(fmt.Errorf("%w: no cluster changes without its snapshot; the cluster goes on once the store takes it", err))
+	}
 	if err != nil {
 		return 0, err
 	}

@@ -136,3 +136,13 @@ func isTerminal(err error) bool {
 	var se *stepError
 	return errors.As(err, &se)
 }
+
+// waitError says a step cannot go on for a cause outside the release (reason, e.g. an
+// unavailable snapshot store): the target waits, without failing, and tries again.
+type waitError struct {
+	reason string
+	err    error
+}
+
+func (e *waitError) Error() string { return e.err.Error() }
+func (e *waitError) Unwrap() error { return e.err }
