@@ -14,6 +14,7 @@ import (
 	"github.com/fluxcd/cli-utils/pkg/kstatus/status"
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/types"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -79,6 +80,7 @@ func Check(ctx context.Context, cl *member.Cluster, t Target) (Result, error) {
 	type verdict struct {
 		problems []string
 		operator bool
+		err      error
 	}
 	verdicts := make([]verdict, len(applied))
 	var wg sync.WaitGroup
@@ -91,12 +93,17 @@ func Check(ctx context.Context, cl *member.Cluster, t Target) (Result, error) {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			verdicts[i].problems, verdicts[i].operator = checkApplied(ctx, ri, a, t.OperatorImage)
+			verdicts[i].problems, verdicts[i].operator, verdicts[i].err = checkApplied(ctx, ri, a, t.OperatorImage)
 		})
 	}
 	wg.Wait()
 	operatorFound := false
 	for _, v := range verdicts {
+		if v.err != nil {
+			// A read that failed says nothing of health (a fault is retried by the caller):
+			// it must never count as an unhealthy object.
+			return res, v.err
+		}
 		res.Problems = append(res.Problems, v.problems...)
 		operatorFound = operatorFound || v.operator
 	}
@@ -149,15 +156,19 @@ func Check(ctx context.Context, cl *member.Cluster, t Target) (Result, error) {
 }
 
 // checkApplied reads one applied object and returns its problems, and whether it is a
-// Deployment running the operator image.
-func checkApplied(ctx context.Context, ri dynamic.ResourceInterface, a *unstructured.Unstructured, operatorImage string) ([]string, bool) {
+// Deployment running the operator image. An object that is not there is a problem; a read
+// that failed otherwise is an error.
+func checkApplied(ctx context.Context, ri dynamic.ResourceInterface, a *unstructured.Unstructured, operatorImage string) ([]string, bool, error) {
 	live, err := ri.Get(ctx, a.GetName(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return []string{fmt.Sprintf("%s %s: %v", a.GetKind(), name(a), err)}, false, nil
+	}
 	if err != nil {
-		return []string{fmt.Sprintf("%s %s: %v", a.GetKind(), name(a), err)}, false
+		return nil, false, fmt.Errorf("reading %s %s: %w", a.GetKind(), name(a), err)
 	}
 	st, err := status.Compute(live)
 	if err != nil {
-		return []string{fmt.Sprintf("%s %s: status cannot be computed: %v", a.GetKind(), name(a), err)}, false
+		return []string{fmt.Sprintf("%s %s: status cannot be computed: %v", a.GetKind(), name(a), err)}, false, nil
 	}
 	var problems []string
 	if st.Status != status.CurrentStatus {
@@ -170,7 +181,7 @@ func checkApplied(ctx context.Context, ri dynamic.ResourceInterface, a *unstruct
 			problems = append(problems, fmt.Sprintf("operator Deployment %s is not Available", name(a)))
 		}
 	}
-	return problems, operator
+	return problems, operator, nil
 }
 
 func name(u *unstructured.Unstructured) string {

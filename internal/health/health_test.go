@@ -1,10 +1,17 @@
 package health
 
 import (
+	"net/url"
 	"strings"
+	"syscall"
 	"testing"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 )
@@ -67,5 +74,34 @@ func TestCELChecks(t *testing.T) {
 	}
 	if _, err := CompileCEL([]v1alpha1.CELCheck{{Kind: "X", Expression: "self.("}}); err == nil || !strings.Contains(err.Error(), "spec.healthGates.cel") {
 		t.Fatalf("a bad expression must be refused naming the field, got %v", err)
+	}
+}
+
+// A read of an applied object that failed says nothing of its health: it is an error (a fault
+// is retried by the caller), never a problem that a gate's timeout or a bake could fail on. An
+// object that is not there is a problem.
+func TestAFailedReadIsNotUnhealthy(t *testing.T) {
+	dep := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "apps/v1", "kind": "Deployment",
+		"metadata": map[string]any{"name": "op", "namespace": "ns"}}}
+	gvr := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+	for _, tc := range []struct {
+		// name says what the read met; err is what it returned.
+		name string
+		err  error
+		// wantErr says the check returns an error; otherwise it reports a problem.
+		wantErr bool
+	}{
+		{"reset connection", &url.Error{Op: "Get", URL: "https://member", Err: syscall.ECONNRESET}, true},
+		{"503 while the API server restarts", apierrors.NewServiceUnavailable("restarting"), true},
+		{"not found", apierrors.NewNotFound(gvr.GroupResource(), "op"), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dyn := dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())
+			dyn.PrependReactor("get", "deployments", func(clienttesting.Action) (bool, runtime.Object, error) { return true, nil, tc.err })
+			problems, _, err := checkApplied(t.Context(), dyn.Resource(gvr).Namespace("ns"), dep, "")
+			if (err != nil) != tc.wantErr || (len(problems) > 0) == tc.wantErr {
+				t.Fatalf("checkApplied: problems %v, error %v; want an error: %t", problems, err, tc.wantErr)
+			}
+		})
 	}
 }
