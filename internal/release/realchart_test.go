@@ -21,7 +21,7 @@ import (
 )
 
 // realChart is a public operator chart kept as a test fixture, rendered with the values a kwok
-// testbed installs it with (test/fixtures/charts/README.md and the shared ESO README say why).
+// testbed installs it with (test/fixtures/charts/README.md and README-external-secrets.md say why).
 type realChart struct {
 	name      string // subtest name: <chart>-<version>
 	dir       string // the unpacked chart
@@ -35,15 +35,13 @@ type realChart struct {
 	images    map[string]string // Deployment name -> podImages joined by " "
 	pins      []imagePin        // the values that pin every Deployment image by digest
 	operator  string            // repository of the release image (rewind's --image)
-	shared    bool              // the chart lives outside the repository, in the shared fixtures
 }
 
-// requirePresent fails the test when a fixture is missing: the shared ones live next to the
-// repository (../shared/fixtures), where the project keeps them.
+// requirePresent fails the test when a fixture is missing (every one is in test/fixtures).
 func (c realChart) requirePresent(t *testing.T) {
 	t.Helper()
 	if _, err := os.Stat(c.dir); errors.Is(err, fs.ErrNotExist) {
-		t.Fatalf("fixture %s is missing (shared %v): the real-chart tests need it", c.dir, c.shared)
+		t.Fatalf("fixture %s is missing: the real-chart tests need it", c.dir)
 	}
 }
 
@@ -56,7 +54,7 @@ type imagePin struct {
 
 // TestRealCharts renders the fixture charts of public operators with rewind's RenderChart and
 // the kwok values recorded for them: Kyverno 3.1.5 and 3.2.9 (test/fixtures/charts) and External
-// Secrets Operator 0.15.1 and 0.16.2 (the shared fixtures next to the repository).
+// Secrets Operator 0.15.1 and 0.16.2 (test/fixtures/charts too).
 func TestRealCharts(t *testing.T) {
 	for _, c := range realCharts(repoRoot(t)) {
 		t.Run(c.name, func(t *testing.T) {
@@ -198,14 +196,14 @@ func TestKyvernoInitContainerTag(t *testing.T) {
 
 func realCharts(root string) []realChart {
 	fixtures := filepath.Join(root, "test", "fixtures", "charts")
-	shared := filepath.Join(root, "..", "shared", "fixtures", "charts")
+	charts := filepath.Join(root, "test", "fixtures", "charts")
 	kyvernoValues := filepath.Join(fixtures, "values", "kyverno-kwok.yaml")
 	esoValues := filepath.Join(fixtures, "values", "external-secrets-kwok.yaml")
 	return []realChart{
 		kyverno(fixtures, kyvernoValues, "3.1.5", "v1.11.5"),
 		kyverno(fixtures, kyvernoValues, "3.2.9", "v1.12.7"),
-		externalSecrets(shared, esoValues, "0.15.1"),
-		externalSecrets(shared, esoValues, "0.16.2"),
+		externalSecrets(charts, esoValues, "0.15.1"),
+		externalSecrets(charts, esoValues, "0.16.2"),
 	}
 }
 
@@ -284,15 +282,15 @@ func kyverno(fixtures, values, version, app string) realChart {
 	return c
 }
 
-// externalSecrets describes the shared ESO fixture external-secrets-<version>, rendered with
+// externalSecrets describes the ESO fixture external-secrets-<version>, rendered with
 // values/external-secrets-kwok.yaml (webhook.create, certController.create and
-// crds.conversion.enabled false): the 29 objects and the CRDs of the shared README.
-func externalSecrets(shared, values, version string) realChart {
+// crds.conversion.enabled false): the 29 objects and the CRDs of README-external-secrets.md.
+func externalSecrets(charts, values, version string) realChart {
 	app := "v" + version
 	repo := "oci.external-secrets.io/external-secrets/external-secrets"
 	c := realChart{
 		name:      "external-secrets-" + version,
-		dir:       filepath.Join(shared, "external-secrets-"+version),
+		dir:       filepath.Join(charts, "external-secrets-"+version),
 		values:    values,
 		release:   "eso",
 		namespace: "external-secrets",
@@ -312,7 +310,6 @@ func externalSecrets(shared, values, version string) realChart {
 		pins:     []imagePin{{path: []string{"image", "tag"}, repo: repo, tag: app + "@" + fakeDigest(repo+":"+app)}},
 		operator: repo,
 		crds:     map[string]string{},
-		shared:   true,
 	}
 	for _, name := range []string{"acraccesstokens", "clustergenerators", "ecrauthorizationtokens", "fakes", "gcraccesstokens",
 		"generatorstates", "githubaccesstokens", "grafanas", "passwords", "quayaccesstokens", "stssessiontokens", "uuids",
@@ -441,7 +438,7 @@ func TestCapabilitiesListKinds(t *testing.T) {
 		t.Fatal("no PodDisruptionBudget rendered: the test proves nothing")
 	}
 
-	eso := filepath.Join(root, "..", "shared", "fixtures", "charts", "external-secrets-0.16.2")
+	eso := filepath.Join(root, "test", "fixtures", "charts", "external-secrets-0.16.2")
 	values := filepath.Join(t.TempDir(), "eso.yaml")
 	if err := os.WriteFile(values, []byte("serviceMonitor: {enabled: true}\n"), 0o600); err != nil {
 		t.Fatal(err)

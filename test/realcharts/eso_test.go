@@ -14,22 +14,22 @@ import (
 )
 
 // External Secrets Operator 0.15.1 -> 0.16.2 (the chart as ESO packages it; see
-// ../shared/fixtures/charts/README.md). Between them ExternalSecret, SecretStore and
+// test/fixtures/charts/README-external-secrets.md). Between them ExternalSecret, SecretStore and
 // ClusterSecretStore move their storage version from v1beta1 to v1. Pods on kwok serve
 // nothing, so the chart's admission webhooks, its cert-controller and (in 0.15.1) the CRD
 // conversion webhook are switched off by values (webhook.create, certController.create,
 // crds.conversion.enabled all false: test/fixtures/charts/values/external-secrets-kwok.yaml).
 func TestExternalSecretsOperator(t *testing.T) {
 	root := repoRoot(t)
-	shared := filepath.Join(root, "..", "shared", "fixtures", "charts")
+	charts := filepath.Join(root, "test", "fixtures", "charts")
 	const group = "external-secrets.io"
 	oc := operatorChart{
 		operator: "external-secrets", installNS: "external-secrets",
 		values: filepath.Join(root, "test", "fixtures", "charts", "values", "external-secrets-kwok.yaml"),
 		image:  "oci.external-secrets.io/external-secrets/external-secrets",
 		pins:   []pin{{repo: "oci.external-secrets.io/external-secrets/external-secrets", path: []string{"image", "tag"}}},
-		from:   chartVersion{dir: filepath.Join(shared, "external-secrets-0.15.1"), version: "0.15.1", app: "v0.15.1"},
-		to:     chartVersion{dir: filepath.Join(shared, "external-secrets-0.16.2"), version: "0.16.2", app: "v0.16.2"},
+		from:   chartVersion{dir: filepath.Join(charts, "external-secrets-0.15.1"), version: "0.15.1", app: "v0.15.1"},
+		to:     chartVersion{dir: filepath.Join(charts, "external-secrets-0.16.2"), version: "0.16.2", app: "v0.16.2"},
 		kinds: []schema.GroupVersionResource{
 			{Group: group, Version: "v1beta1", Resource: "secretstores"},
 			{Group: group, Version: "v1beta1", Resource: "clustersecretstores"},
