@@ -21,6 +21,7 @@ import (
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/member"
+	"github.com/rewind-dev/rewind/internal/patch"
 )
 
 // DefaultCheckInterval is how often a member is checked when spec.checkInterval is unset.
@@ -42,7 +43,7 @@ type MemberClusterReconciler struct {
 }
 
 // Reconcile checks one member.
-func (r *MemberClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+func (r *MemberClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
 	mc := &v1alpha1.MemberCluster{}
 	if err := r.Get(ctx, req.NamespacedName, mc); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -52,12 +53,8 @@ func (r *MemberClusterReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	base := mc.DeepCopy()
-	defer func() {
-		if err := r.Status().Patch(ctx, mc, client.MergeFrom(base)); err != nil && !apierrors.IsNotFound(err) {
-			retErr = errors.Join(retErr, fmt.Errorf("patching status: %w", err))
-		}
-	}()
+	h := patch.NewHelper(mc, r.Client)
+	defer func() { res, retErr = h.Done(ctx, mc, res, retErr) }()
 
 	interval := DefaultCheckInterval
 	if mc.Spec.CheckInterval != nil && mc.Spec.CheckInterval.Duration > 0 {

@@ -2,14 +2,12 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/robfig/cron/v3"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -19,6 +17,7 @@ import (
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/member"
+	"github.com/rewind-dev/rewind/internal/patch"
 	"github.com/rewind-dev/rewind/internal/release"
 	"github.com/rewind-dev/rewind/internal/snapshot"
 	"github.com/rewind-dev/rewind/internal/snapshot/snapstore"
@@ -93,17 +92,15 @@ func Due(s cron.Schedule, loc *time.Location, last, now time.Time) (due, next ti
 }
 
 // Reconcile runs a schedule: expiry and retention, then the run that is due, if any.
-func (r *SnapshotScheduleReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+func (r *SnapshotScheduleReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
 	sc := &v1alpha1.SnapshotSchedule{}
 	if err := r.Client.Get(ctx, req.NamespacedName, sc); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	base := sc.DeepCopy()
-	defer func() {
-		if err := r.Client.Status().Patch(ctx, sc, client.MergeFrom(base)); err != nil && !apierrors.IsNotFound(err) {
-			retErr = errors.Join(retErr, fmt.Errorf("patching SnapshotSchedule status: %w", err))
-		}
-	}()
+	// Its own status writes do not wake it (only a generation change does): a write that
+	// conflicts is requeued by Done.
+	h := patch.NewHelper(sc, r.Client)
+	defer func() { res, retErr = h.Done(ctx, sc, res, retErr) }()
 	now := r.now()
 	sc.Status.ObservedGeneration = sc.Generation
 	sched, loc, err := ParseSchedule(sc.Spec)

@@ -2,12 +2,10 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -20,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/patch"
 	"github.com/rewind-dev/rewind/internal/snapshot/snapstore"
 )
 
@@ -49,7 +48,7 @@ type SnapshotStoreReconciler struct {
 // +kubebuilder:rbac:groups=rewind.dev,resources=snapshotstores/status,verbs=get;update;patch
 
 // Reconcile probes one store and records the outcome in its status.
-func (r *SnapshotStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+func (r *SnapshotStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
 	st := &v1alpha1.SnapshotStore{}
 	if err := r.Client.Get(ctx, req.NamespacedName, st); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -73,12 +72,10 @@ func (r *SnapshotStoreReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 			return ctrl.Result{RequeueAfter: wait}, nil
 		}
 	}
-	base := st.DeepCopy()
-	defer func() {
-		if err := r.Client.Status().Patch(ctx, st, client.MergeFrom(base)); err != nil && !apierrors.IsNotFound(err) {
-			retErr = errors.Join(retErr, fmt.Errorf("patching SnapshotStore status: %w", err))
-		}
-	}()
+	// Its own status writes do not wake it (only a generation change does): a write that
+	// conflicts is requeued by Done.
+	h := patch.NewHelper(st, r.Client)
+	defer func() { res, retErr = h.Done(ctx, st, res, retErr) }()
 	timeout := r.ProbeTimeout
 	if timeout == 0 {
 		timeout = 30 * time.Second
@@ -152,7 +149,7 @@ func (r *SnapshotStoreReconciler) deleting(ctx context.Context, st *v1alpha1.Sna
 		controllerutil.RemoveFinalizer(st, FinalizerSnapshotsStored)
 		return ctrl.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, st))
 	}
-	base := st.DeepCopy()
+	h := patch.NewHelper(st, r.Client)
 	shown := using
 	if len(shown) > 5 {
 		shown = append(shown[:5:5], fmt.Sprintf("and %d more", len(using)-5))
@@ -160,10 +157,7 @@ func (r *SnapshotStoreReconciler) deleting(ctx context.Context, st *v1alpha1.Sna
 	meta.SetStatusCondition(&st.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonInUse,
 		ObservedGeneration: st.Generation,
 		Message:            fmt.Sprintf("being deleted, but %d Snapshots are stored in it (%s): delete them first (rewind snapshot list; kubectl delete snapshot NAME), or remove the finalizer %s to keep their payloads unreachable", len(using), strings.Join(shown, ", "), FinalizerSnapshotsStored)})
-	if err := r.Client.Status().Patch(ctx, st, client.MergeFrom(base)); err != nil && !apierrors.IsNotFound(err) {
-		return ctrl.Result{}, err
-	}
-	return ctrl.Result{RequeueAfter: time.Minute}, nil
+	return h.Done(ctx, st, ctrl.Result{RequeueAfter: time.Minute}, nil)
 }
 
 func (r *SnapshotStoreReconciler) now() time.Time {

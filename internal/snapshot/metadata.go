@@ -12,9 +12,9 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/patch"
 	"github.com/rewind-dev/rewind/internal/snapshot/payload"
 	"github.com/rewind-dev/rewind/internal/snapshot/snapstore"
 )
@@ -134,11 +134,11 @@ func (h *Hub) importOne(ctx context.Context, ps payload.Store, store *snapstore.
 		}
 		return false, fmt.Errorf("creating Snapshot %s/%s: %w", namespace, name, err)
 	}
-	base := snap.DeepCopy()
+	ph := patch.NewHelper(snap, h.Client)
 	snap.Status = m.Status
 	snap.Status.Store = store.Name
 	snap.Status.Location = store.URL + "#" + name
-	if err := h.Client.Status().Patch(ctx, snap, client.MergeFrom(base)); err != nil {
+	if err := ph.Patch(ctx, snap); err != nil {
 		// Not Ready without its status: removed so a second import tries again.
 		return false, errors.Join(fmt.Errorf("recording the status of Snapshot %s/%s: %w", namespace, name, err), h.Client.Delete(ctx, snap))
 	}

@@ -16,11 +16,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/member"
+	"github.com/rewind-dev/rewind/internal/patch"
 	"github.com/rewind-dev/rewind/internal/snapshot/payload"
 	"github.com/rewind-dev/rewind/internal/snapshot/snapstore"
 )
@@ -147,6 +147,10 @@ func (h *Hub) Take(ctx context.Context, cl *member.Cluster, r Request) (*v1alpha
 	default:
 		return nil, err
 	}
+	// The Snapshot's status is written once the payload is stored, with the resourceVersion
+	// read here: a label or a Verified condition written meanwhile is kept, a status another
+	// writer recorded meanwhile is not overwritten (a conflict).
+	ph := patch.NewHelper(snap, h.Client)
 
 	var (
 		kek   payload.KeyWrapper
@@ -212,7 +216,6 @@ func (h *Hub) Take(ctx context.Context, cl *member.Cluster, r Request) (*v1alpha
 	case putErr != nil:
 		return nil, &StoreError{Store: r.StoreURL, Err: fmt.Errorf("storing snapshot %s: %w", r.Name, putErr)}
 	}
-	base := snap.DeepCopy()
 	now := metav1.NewTime(out.res.CapturedAt)
 	snap.Status = v1alpha1.SnapshotStatus{
 		Conditions:    snap.Status.Conditions,
@@ -241,7 +244,7 @@ func (h *Hub) Take(ctx context.Context, cl *member.Cluster, r Request) (*v1alpha
 			return nil, &StoreError{Store: r.StoreURL, Err: fmt.Errorf("storing the metadata of snapshot %s: %w", r.Name, err)}
 		}
 	}
-	if err := h.Client.Status().Patch(ctx, snap, client.MergeFrom(base)); err != nil {
+	if err := ph.Patch(ctx, snap); err != nil {
 		return nil, fmt.Errorf("recording Snapshot %s/%s: %w", r.Namespace, r.Name, err)
 	}
 	if r.Retention >= 0 {
@@ -490,19 +493,12 @@ func (h *Hub) verify(ctx context.Context, snap *v1alpha1.Snapshot) error {
 }
 
 // setCondition sets cond in the status of snap (updated in place), with the resourceVersion
-// as a precondition so no other condition is lost, again on a fresh copy after a conflict.
+// as a precondition so no other condition is lost: after a conflict, cond is set again over a
+// fresh copy's conditions (see package patch).
 func (h *Hub) setCondition(ctx context.Context, snap *v1alpha1.Snapshot, cond metav1.Condition) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		base := snap.DeepCopy()
-		meta.SetStatusCondition(&snap.Status.Conditions, cond)
-		err := h.Client.Status().Patch(ctx, snap, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
-		if apierrors.IsConflict(err) {
-			if gerr := h.Client.Get(ctx, client.ObjectKeyFromObject(snap), snap); gerr != nil {
-				return gerr
-			}
-		}
-		return err
-	})
+	ph := patch.NewHelper(snap, h.Client)
+	meta.SetStatusCondition(&snap.Status.Conditions, cond)
+	return ph.Patch(ctx, snap)
 }
 
 // Prune deletes the oldest snapshots of a cluster and operator beyond keep, except those a

@@ -6,11 +6,9 @@ package operatorrelease
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +22,7 @@ import (
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/artifact"
+	"github.com/rewind-dev/rewind/internal/patch"
 	"github.com/rewind-dev/rewind/internal/release"
 )
 
@@ -68,21 +67,24 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if ready(rel) {
 		return ctrl.Result{}, nil // a release never changes once stored
 	}
+	// One status helper for the reconcile: its writes carry the resourceVersion read, and the
+	// Events that tell what a write records are emitted once it went through.
+	h := patch.NewHelper(rel, r.Client, patch.WithReader(r.Reader))
 	if rel.Spec.Source == nil {
-		return r.patchStatus(ctx, rel, r.checkUpload)
+		res, err := r.checkUpload(ctx, h, rel)
+		return h.Done(ctx, rel, res, err)
 	}
 	// Fetching may take a while: say so first, on the first attempt. A retry (Stalled, with
 	// the last failure) writes its status once, when it ends.
 	if !meta.IsStatusConditionTrue(rel.Status.Conditions, v1alpha1.ConditionReconciling) && meta.FindStatusCondition(rel.Status.Conditions, v1alpha1.ConditionStalled) == nil {
-		if res, err := r.patchStatus(ctx, rel, func(_ context.Context, rel *v1alpha1.OperatorRelease) (ctrl.Result, error) {
-			meta.SetStatusCondition(&rel.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionReconciling, Status: metav1.ConditionTrue,
-				Reason: v1alpha1.ReasonFetching, Message: "fetching " + describe(rel.Spec.Source), ObservedGeneration: rel.Generation})
-			return ctrl.Result{}, nil
-		}); err != nil {
-			return res, err
+		meta.SetStatusCondition(&rel.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionReconciling, Status: metav1.ConditionTrue,
+			Reason: v1alpha1.ReasonFetching, Message: "fetching " + describe(rel.Spec.Source), ObservedGeneration: rel.Generation})
+		if perr := h.Patch(ctx, rel); perr != nil {
+			return patch.Result(ctx, ctrl.Result{}, nil, perr)
 		}
 	}
-	return r.patchStatus(ctx, rel, r.fromSource)
+	res, err := r.fromSource(ctx, h, rel)
+	return h.Done(ctx, rel, res, err)
 }
 
 // ready reports whether rel's manifests are stored for its generation.
@@ -91,26 +93,13 @@ func ready(rel *v1alpha1.OperatorRelease) bool {
 	return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == rel.Generation && release.ManifestDigest(rel) != ""
 }
 
-// patchStatus runs phase on rel and patches the status it leaves (once, when it changed).
-func (r *Reconciler) patchStatus(ctx context.Context, rel *v1alpha1.OperatorRelease, phase func(context.Context, *v1alpha1.OperatorRelease) (ctrl.Result, error)) (ctrl.Result, error) {
-	base := rel.DeepCopy()
-	res, err := phase(ctx, rel)
-	if equality.Semantic.DeepEqual(base.Status, rel.Status) {
-		return res, err
-	}
-	if perr := r.Client.Status().Patch(ctx, rel, client.MergeFrom(base)); perr != nil {
-		return ctrl.Result{}, errors.Join(err, fmt.Errorf("writing the status of OperatorRelease %s/%s: %w", rel.Namespace, rel.Name, perr))
-	}
-	return res, err
-}
-
 // checkUpload fills the status of an uploaded release (no spec.source) from its stored
 // manifests, or says they are missing. rewind release create stores them before it creates
 // the release, so a missing artifact is a release applied without an upload.
-func (r *Reconciler) checkUpload(ctx context.Context, rel *v1alpha1.OperatorRelease) (ctrl.Result, error) {
+func (r *Reconciler) checkUpload(ctx context.Context, h *patch.Helper, rel *v1alpha1.OperatorRelease) (ctrl.Result, error) {
 	canonical, err := artifact.Get(ctx, r.Reader, rel.Namespace, rel.Spec.Digest)
 	if err != nil {
-		r.failed(rel, &failure{reason: v1alpha1.ReasonArtifactMissing,
+		r.failed(h, rel, &failure{reason: v1alpha1.ReasonArtifactMissing,
 			err: fmt.Errorf("the manifests of digest %s (spec.digest) are not stored in namespace %s: %w", rel.Spec.Digest, rel.Namespace, err),
 			fix: "upload them with rewind release create " + rel.Name + " -n " + rel.Namespace + " --manifests/--chart/--bundle ... (the same flags that gave this spec), or give the release a spec.source for the controller to fetch"})
 		return ctrl.Result{}, nil
@@ -142,8 +131,8 @@ func (f *failure) message() string {
 	return f.err.Error() + "; " + f.fix
 }
 
-// failed records f in rel's conditions.
-func (r *Reconciler) failed(rel *v1alpha1.OperatorRelease, f *failure) {
+// failed records f in rel's conditions, and in an Event once they are written.
+func (r *Reconciler) failed(h *patch.Helper, rel *v1alpha1.OperatorRelease, f *failure) {
 	msg := f.message()
 	if len(msg) > 32000 {
 		msg = msg[:32000] + "..."
@@ -158,7 +147,7 @@ func (r *Reconciler) failed(rel *v1alpha1.OperatorRelease, f *failure) {
 	meta.RemoveStatusCondition(&rel.Status.Conditions, v1alpha1.ConditionReconciling)
 	rel.Status.ObservedGeneration = rel.Generation
 	if r.Recorder != nil {
-		r.Recorder.Eventf(rel, nil, "Warning", f.reason, "Fetch", "%s", msg)
+		h.OnPatched(func() { r.Recorder.Eventf(rel, nil, "Warning", f.reason, "Fetch", "%s", msg) })
 	}
 }
 

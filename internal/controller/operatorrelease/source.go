@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/patch"
 	"github.com/rewind-dev/rewind/internal/release"
 	"github.com/rewind-dev/rewind/internal/source"
 )
@@ -23,7 +24,7 @@ import (
 // fromSource fetches, verifies, renders and stores a release from spec.source. Nothing is
 // stored unless every check passed; a failure is recorded in the conditions and retried when
 // it can go away by itself.
-func (r *Reconciler) fromSource(ctx context.Context, rel *v1alpha1.OperatorRelease) (ctrl.Result, error) {
+func (r *Reconciler) fromSource(ctx context.Context, h *patch.Helper, rel *v1alpha1.OperatorRelease) (ctrl.Result, error) {
 	timeout := r.Timeout
 	if timeout <= 0 {
 		timeout = 5 * time.Minute
@@ -32,7 +33,7 @@ func (r *Reconciler) fromSource(ctx context.Context, rel *v1alpha1.OperatorRelea
 	defer cancel()
 	stored, info, f := r.build(fetchCtx, rel)
 	if f != nil {
-		r.failed(rel, f)
+		r.failed(h, rel, f)
 		if !f.retry {
 			return ctrl.Result{}, nil
 		}
@@ -45,7 +46,8 @@ func (r *Reconciler) fromSource(ctx context.Context, rel *v1alpha1.OperatorRelea
 	stored.SetReady(&rel.Status, rel.Generation)
 	rel.Status.Format, rel.Status.Chart, rel.Status.Bundle = info.format, info.chart, info.bundle
 	if r.Recorder != nil {
-		r.Recorder.Eventf(rel, nil, "Normal", v1alpha1.ReasonStored, "Fetch", "%d manifests from %s stored at %s", stored.Objects, describe(rel.Spec.Source), stored.Ref)
+		msg := fmt.Sprintf("%d manifests from %s stored at %s", stored.Objects, describe(rel.Spec.Source), stored.Ref)
+		h.OnPatched(func() { r.Recorder.Eventf(rel, nil, "Normal", v1alpha1.ReasonStored, "Fetch", "%s", msg) })
 	}
 	return ctrl.Result{}, nil
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/controller/target"
 	"github.com/rewind-dev/rewind/internal/metrics"
+	"github.com/rewind-dev/rewind/internal/patch"
 	"github.com/rewind-dev/rewind/internal/release"
 	"github.com/rewind-dev/rewind/internal/snapshot/snapstore"
 )
@@ -66,7 +67,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Client.Get(ctx, req.NamespacedName, ro); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	s := &scope{r: r, ro: ro, base: ro.DeepCopy()}
+	// The status is written once, at the end, with the resourceVersion read: a reconcile that
+	// read the Rollout before its own last status write reached the cache would otherwise write
+	// over it (it took a just-started revision for an interrupted one and started it again);
+	// such a conflict reconciles again from a fresh read. Events and metrics that tell what
+	// the status records are emitted once it went through.
+	s := &scope{r: r, ro: ro, helper: patch.NewHelper(ro, r.Client, patch.WithReader(r.Hub))}
 	res, err := r.reconcile(ctx, s)
 	var terminal *stallError
 	var waiting *waitError
@@ -83,17 +89,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// Progress: a Stalled condition from a problem that is gone no longer holds.
 		s.clearStall()
 	}
-	if perr := s.patch(ctx); perr != nil {
-		err = errors.Join(err, perr)
-	}
-	return res, err
+	s.helper.OnPatched(s.updatePhaseMetrics)
+	return s.helper.Done(ctx, s.ro, res, err)
 }
 
 // scope carries one reconcile.
 type scope struct {
-	r    *Reconciler
-	ro   *v1alpha1.Rollout
-	base *v1alpha1.Rollout
+	r  *Reconciler
+	ro *v1alpha1.Rollout
+	// helper writes the Rollout's status (with the resourceVersion read) and runs the
+	// after-write actions (Events, metrics) once it went through; a conflict drops them and
+	// reconciles again.
+	helper *patch.Helper
 	// targets are the rollout's targets, by cluster.
 	targets map[string]*v1alpha1.RolloutTarget
 	// stalled says a Stalled condition was set by this reconcile.
@@ -433,8 +440,16 @@ func (r *Reconciler) rolloutsOf(ctx context.Context, o client.Object) []reconcil
 	return out
 }
 
-// event records an Event on the Rollout and counts it.
+// event records an Event on the Rollout and counts it, once the status write that records what
+// it tells went through: a reconcile run again after a conflict would otherwise emit it twice.
 func (s *scope) event(typ, reason, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	s.afterWrite(func() { s.eventNow(typ, reason, "%s", msg) })
+}
+
+// eventNow records an Event on the Rollout and counts it at once: for what a write other than
+// the Rollout's status (a target's spec) recorded.
+func (s *scope) eventNow(typ, reason, format string, args ...any) {
 	metrics.Transitions.WithLabelValues(reason).Inc()
 	if s.r.Recorder != nil {
 		// events.k8s.io/v1 refuses a note over 1 KiB: the Event would be lost.
@@ -442,20 +457,14 @@ func (s *scope) event(typ, reason, format string, args ...any) {
 	}
 }
 
-// patch writes the status if it changed.
-func (s *scope) patch(ctx context.Context) error {
-	s.updatePhaseMetrics()
-	if equality.Semantic.DeepEqual(s.base.Status, s.ro.Status) {
-		return nil
+// afterWrite runs fn once the Rollout's status is written (at once for a scope without a
+// helper, as pure tests build).
+func (s *scope) afterWrite(fn func()) {
+	if s.helper == nil {
+		fn()
+		return
 	}
-	// With the resourceVersion read: a reconcile that read the Rollout before its own last
-	// status write reached the cache would otherwise write over it (it took a just-started
-	// revision for an interrupted one and started it again). A conflict requeues it.
-	if err := s.r.Client.Status().Patch(ctx, s.ro, client.MergeFromWithOptions(s.base, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("patching Rollout status: %w", err)
-	}
-	s.base = s.ro.DeepCopy()
-	return nil
+	s.helper.OnPatched(fn)
 }
 
 func (s *scope) updatePhaseMetrics() {

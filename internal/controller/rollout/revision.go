@@ -99,14 +99,16 @@ func (r *Reconciler) startRevision(ctx context.Context, s *scope, rel, automatic
 	if automatic != "" {
 		ro.Status.FailedRelease, ro.Status.FailureReason = ro.Status.CurrentRelease, truncate(automatic, 1024)
 		reason = automatic
-		metrics.Rollbacks.WithLabelValues(ro.Namespace, ro.Name, v1alpha1.ReasonAutomaticRollback).Inc()
+		s.afterWrite(func() {
+			metrics.Rollbacks.WithLabelValues(ro.Namespace, ro.Name, v1alpha1.ReasonAutomaticRollback).Inc()
+		})
 	} else if IsRollback(plans) {
 		// A person's rollback: the reason they gave (rewind rollback --reason), once.
 		if v := ro.Annotations[v1alpha1.AnnotationRollbackReason]; v != "" && v != ro.Status.LastRollbackReason {
 			reason = v
 		}
 		ro.Status.LastRollbackReason = ro.Annotations[v1alpha1.AnnotationRollbackReason]
-		metrics.Rollbacks.WithLabelValues(ro.Namespace, ro.Name, v1alpha1.ReasonManualRollback).Inc()
+		s.afterWrite(func() { metrics.Rollbacks.WithLabelValues(ro.Namespace, ro.Name, v1alpha1.ReasonManualRollback).Inc() })
 	}
 	if rel != ro.Status.CurrentRelease {
 		// A retry of the same release keeps the release before it: a failure policy rolls
@@ -290,8 +292,11 @@ func (s *scope) revision() *v1alpha1.Revision {
 	return &h[len(h)-1]
 }
 
+// observeDuration records a finished revision's duration once the status that finishes it is
+// written.
 func (s *scope) observeDuration(h *v1alpha1.Revision) {
 	if h.StartedAt != nil && h.FinishedAt != nil {
-		metrics.RolloutDuration.WithLabelValues(s.ro.Namespace, s.ro.Name, h.Outcome).Observe(h.FinishedAt.Sub(h.StartedAt.Time).Seconds())
+		outcome, d := h.Outcome, h.FinishedAt.Sub(h.StartedAt.Time).Seconds()
+		s.afterWrite(func() { metrics.RolloutDuration.WithLabelValues(s.ro.Namespace, s.ro.Name, outcome).Observe(d) })
 	}
 }

@@ -201,7 +201,9 @@ func (s *scope) observeWave(group []int32) {
 		if len(group) == 1 {
 			name = s.ro.Spec.Waves[group[0]].Name
 		}
-		metrics.WaveDuration.WithLabelValues(s.ro.Namespace, s.ro.Name, name).Observe(last.Sub(first).Seconds())
+		s.afterWrite(func() {
+			metrics.WaveDuration.WithLabelValues(s.ro.Namespace, s.ro.Name, name).Observe(last.Sub(first).Seconds())
+		})
 	}
 }
 
@@ -332,7 +334,7 @@ func (r *Reconciler) restoreFailedClusters(ctx context.Context, s *scope) (ctrl.
 			return ctrl.Result{}, err
 		}
 		metrics.Rollbacks.WithLabelValues(ro.Namespace, ro.Name, "FailedClusterRestore").Inc()
-		s.event("Warning", "ClusterRollback", "%s; restoring it to %s", why, ro.Status.PreviousRelease)
+		s.eventNow("Warning", "ClusterRollback", "%s; restoring it to %s", why, ro.Status.PreviousRelease) // the target's write records it
 	}
 	s.aggregate()
 	var moving, restored, failed []string

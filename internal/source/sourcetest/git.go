@@ -78,6 +78,26 @@ func (g *GitServer) Tag(t testing.TB, name, tag, commit string) {
 	}
 }
 
+// AllowFetchBySHA lets clients of repository name fetch any commit reachable from a ref by its
+// SHA (uploadpack.allowReachableSHA1InWant, as Git forges allow); by default git serves only
+// what its refs point at.
+func (g *GitServer) AllowFetchBySHA(t testing.TB, name string) {
+	t.Helper()
+	storage := filesystem.NewStorage(osfs.New(filepath.Join(g.root, name+".git")), cache.NewObjectLRUDefault())
+	repo, err := git.Open(storage, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := repo.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Raw.Section("uploadpack").SetOption("allowReachableSHA1InWant", "true")
+	if err := repo.SetConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // URL of repository name (https://HOST/name.git).
 func (g *GitServer) RepoURL(name string) string { return g.URL() + "/" + name + ".git" }
 
