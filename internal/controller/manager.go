@@ -242,7 +242,7 @@ func setupReconcilers(mgr ctrl.Manager, o Options) error {
 	if err := ro.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the Rollout controller: %w", err)
 	}
-	tr := &target.Reconciler{Client: mgr.GetClient(), Hub: hub, Members: members, Probes: probes, Releases: releases,
+	tr := &target.Reconciler{Client: mgr.GetClient(), Hub: hub, APIReader: mgr.GetAPIReader(), Members: members, Probes: probes, Releases: releases,
 		Recorder: mgr.GetEventRecorder("rewind-rollout"), GatePoll: o.GatePoll, Workers: o.TargetWorkers, CrashAt: o.CrashAt,
 		Restores: target.NewMemoryBudget(o.RestoreMemory)}
 	if err := tr.SetupWithManager(mgr); err != nil {

@@ -12,7 +12,6 @@ import (
 	"math"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -30,6 +29,7 @@ import (
 	"github.com/rewind-dev/rewind/internal/fault"
 	"github.com/rewind-dev/rewind/internal/member"
 	"github.com/rewind-dev/rewind/internal/metrics"
+	"github.com/rewind-dev/rewind/internal/patch"
 	"github.com/rewind-dev/rewind/internal/release"
 	"github.com/rewind-dev/rewind/internal/snapshot"
 )
@@ -57,6 +57,9 @@ type Reconciler struct {
 	// does not cache (Secrets) straight from the API server.
 	Client client.Client
 	Hub    client.Reader
+	// APIReader reads a target again, uncached, after a conflict of its status write (nil:
+	// Client).
+	APIReader client.Reader
 	// Members gives access to member clusters.
 	Members *member.Cache
 	// Probes says which members the health probe finds unreachable (nil: none is).
@@ -105,19 +108,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	x := &execution{r: r, t: t, base: t.DeepCopy()}
+	x := r.newExecution(t)
 	res, err := r.reconcile(ctx, x)
 	if errors.Is(err, ErrCrash) {
 		return ctrl.Result{}, err
 	}
-	if perr := x.patch(ctx); perr != nil {
-		if apierrors.IsConflict(perr) {
-			// Another write got there first (a stale read): read again, nothing recorded.
-			return ctrl.Result{RequeueAfter: time.Millisecond}, err
-		}
-		err = errors.Join(err, perr)
-	}
-	return res, err
+	// A conflict (another writer changed the journal since this read: a stale cache read)
+	// records nothing: the target runs again from a fresh read.
+	return patch.Result(ctx, res, err, x.patch(ctx))
 }
 
 func (r *Reconciler) reconcile(ctx context.Context, x *execution) (ctrl.Result, error) {
@@ -161,7 +159,7 @@ func (r *Reconciler) reconcile(ctx context.Context, x *execution) (ctrl.Result, 
 		// is resumed from the journaled step before it (all are idempotent).
 		if Journaled(st.Step) {
 			if err := x.patch(ctx); err != nil {
-				return ctrl.Result{}, err
+				return ctrl.Result{}, err // patched again, and folded, by Reconcile
 			}
 		}
 		if r.CrashAt != nil && r.CrashAt(t.Spec.Cluster, st.Step) {
@@ -404,47 +402,29 @@ func (r *Reconciler) bake(ctx context.Context, x *execution) (ctrl.Result, error
 
 // execution carries one reconcile of a target.
 type execution struct {
-	r    *Reconciler
-	t    *v1alpha1.RolloutTarget
-	base *v1alpha1.RolloutTarget
-	cl   *member.Cluster
+	r  *Reconciler
+	t  *v1alpha1.RolloutTarget
+	h  *patch.Helper
+	cl *member.Cluster
 	// skipTo, set by a step that succeeds, is the step to go to instead of the next one.
 	skipTo string
-	// after are the Events and metrics of what this reconcile recorded, emitted once the
-	// status write that records it succeeded (never twice for one transition after a
-	// conflict).
-	after []func()
 }
 
-// afterWrite queues fn until the status that records what it reports is written.
-func (x *execution) afterWrite(fn func()) { x.after = append(x.after, fn) }
+// newExecution starts a reconcile of t, as read.
+func (r *Reconciler) newExecution(t *v1alpha1.RolloutTarget) *execution {
+	return &execution{r: r, t: t, h: patch.NewHelper(t, r.Client, patch.WithReader(r.APIReader))}
+}
 
-// patch writes the status if it changed.
+// afterWrite holds fn (an Event, a metric) until the status write that records what it
+// reports went through: a reconcile run again after a conflict never emits it twice.
+func (x *execution) afterWrite(fn func()) { x.h.OnPatched(fn) }
+
+// patch writes the journal if it changed, with the resourceVersion read (optimistic lock:
+// a merge patch from a stale read, the cache behind this reconciler's own last write, would
+// leave out the fields that read already had), through the one status helper every
+// reconciler uses; the Events and metrics of what it records follow it.
 func (x *execution) patch(ctx context.Context) error {
-	if equality.Semantic.DeepEqual(x.base.Status, x.t.Status) {
-		x.flush()
-		return nil
-	}
-	// With the resourceVersion read: a merge patch from a stale read (the cache behind this
-	// reconciler's own last write) leaves out the fields that read already had, and the
-	// journal on record would lose them (a step emptied by a reset, then set to its old
-	// value, stayed empty). A conflict requeues the target with a fresh read.
-	if err := x.r.Client.Status().Patch(ctx, x.t, client.MergeFromWithOptions(x.base, client.MergeFromWithOptimisticLock{})); err != nil {
-		x.after = nil // not recorded: a fresh read does it again
-		return fmt.Errorf("patching RolloutTarget status: %w", err)
-	}
-	x.base = x.t.DeepCopy()
-	x.flush()
-	return nil
-}
-
-// flush emits what the last write recorded.
-func (x *execution) flush() {
-	after := x.after
-	x.after = nil
-	for _, fn := range after {
-		fn()
-	}
+	return x.h.Patch(ctx, x.t)
 }
 
 // release loads a release of the target's namespace (cached: releases are immutable).

@@ -55,11 +55,11 @@ func TestFaultsAreRetriedUntilTheProbeSaysUnreachable(t *testing.T) {
 				probes.Record("member1", nil)
 			}
 			r := &Reconciler{Client: hub, Probes: probes, Now: clock}
-			x := &execution{r: r, t: &v1alpha1.RolloutTarget{
+			x := r.newExecution(&v1alpha1.RolloutTarget{
 				ObjectMeta: metav1.ObjectMeta{Name: "t", Namespace: "ns"},
 				Spec:       v1alpha1.RolloutTargetSpec{Cluster: "member1", Rollout: "ro", UnreachablePolicy: tc.policy},
 				Status:     v1alpha1.RolloutTargetStatus{Phase: v1alpha1.ClusterUpgrading, Step: StepApplyWorkloads},
-			}}
+			})
 			res := r.fault(t.Context(), x, typedReset)
 			st := x.t.Status
 			if st.Phase != tc.wantPhase || st.WaitingFor != tc.wantWaiting {
@@ -95,8 +95,8 @@ func TestFaultsAreRetriedUntilTheProbeSaysUnreachable(t *testing.T) {
 
 	// Faults in a row back off, with jitter, up to the cap; a plain error is not a fault.
 	r := &Reconciler{Client: hub, Now: clock}
-	x := &execution{r: r, t: &v1alpha1.RolloutTarget{Spec: v1alpha1.RolloutTargetSpec{Cluster: "member1"},
-		Status: v1alpha1.RolloutTargetStatus{Phase: v1alpha1.ClusterRollingBack, Step: StepRestore}}}
+	x := r.newExecution(&v1alpha1.RolloutTarget{Spec: v1alpha1.RolloutTargetSpec{Cluster: "member1"},
+		Status: v1alpha1.RolloutTargetStatus{Phase: v1alpha1.ClusterRollingBack, Step: StepRestore}})
 	var last time.Duration
 	for i := 1; i <= faultsBeforeWaiting+2; i++ {
 		res := r.fault(t.Context(), x, typedReset)

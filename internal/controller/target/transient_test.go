@@ -51,10 +51,10 @@ func TestHubReadErrorsAreRetriedUnlessNotFound(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			hub := failingReader{err: tc.err}
 			for step, s := range map[string]step{StepSnapshot: takeSnapshot{}, StepRestore: restoreSnapshot{}} {
-				x := &execution{r: &Reconciler{Client: hub, Hub: hub}, t: &v1alpha1.RolloutTarget{
+				x := (&Reconciler{Client: hub, Hub: hub}).newExecution(&v1alpha1.RolloutTarget{
 					ObjectMeta: metav1.ObjectMeta{Name: "t", Namespace: "ns"},
 					Spec: v1alpha1.RolloutTargetSpec{Cluster: "member1", Snapshot: "snap", SnapshotStore: "store", Operator: "op",
-						ToRelease: "rel", FromRelease: "old"}}}
+						ToRelease: "rel", FromRelease: "old"}})
 				_, err := s.run(t.Context(), x)
 				if err == nil {
 					t.Fatalf("%s: a failed read must fail the step", step)
