@@ -72,7 +72,7 @@ The same proxy injects faults between clients and the members, as real fleets se
     server's own (429 with Retry-After, 500, 503 or 504: --member-http-fault-codes), without
     forwarding them; --member-http-faults-mutating-only and --member-http-fault-path narrow
     them down. The proxy then terminates TLS with a certificate of the testbed's CA.
-The proxy's log (logs/member-proxy.log in --state-dir) counts the faults it injected.`,
+Every minute, the proxy writes how many faults it injected to logs/member-proxy.log in --state-dir.`,
 		Example: `  rewind testbed up --members 3
   rewind testbed up --members 30 --member-latency 25ms
   rewind testbed up --members 1 --workloads=false --state-dir /tmp/tb -o json
