@@ -200,7 +200,7 @@ func TestMemberFaults(t *testing.T) {
 			if err := fi.Set(testbed.Faults{HTTP: testbed.HTTPFaults{Fraction: 1, Codes: []int{tc.code}}}); err != nil {
 				t.Fatal(err)
 			}
-			_, err := cs.CoreV1().RESTClient().Get().AbsPath("/api/v1/namespaces/"+ns+"/configmaps/kept").MaxRetries(0).Do(ctx).Get()
+			_, err := cs.CoreV1().RESTClient().Get().AbsPath("/api/v1/namespaces/" + ns + "/configmaps/kept").MaxRetries(0).Do(ctx).Get()
 			var st apierrors.APIStatus
 			if !errors.As(err, &st) || int(st.Status().Code) != tc.code || !tc.check(err) || !fault.IsTransient(err) {
 				t.Errorf("code %d: got %v", tc.code, err)
@@ -218,7 +218,7 @@ func TestMemberFaults(t *testing.T) {
 		const n = 100
 		failed := 0
 		for range n {
-			got, err := cs.CoreV1().RESTClient().Get().AbsPath("/api/v1/namespaces/"+ns+"/configmaps/kept").MaxRetries(0).Do(ctx).Get()
+			got, err := cs.CoreV1().RESTClient().Get().AbsPath("/api/v1/namespaces/" + ns + "/configmaps/kept").MaxRetries(0).Do(ctx).Get()
 			if err != nil {
 				var st apierrors.APIStatus
 				if !errors.As(err, &st) || !fault.IsTransient(err) {
