@@ -285,6 +285,7 @@ func (f *FaultInjector) ResetNow() {
 // RefuseFor resets every open connection to the member now and refuses new ones for d: the
 // member is unreachable for d through its proxy (its own components, which talk to it
 // directly, are not affected). A later call replaces the end of the refusal; Heal ends it.
+// With d <= 0 it only resets (and ends a refusal under way).
 func (f *FaultInjector) RefuseFor(d time.Duration) {
 	f.mu.Lock()
 	if d > 0 {

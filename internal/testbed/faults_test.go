@@ -118,6 +118,7 @@ func TestMemberFaults(t *testing.T) {
 		before := fi.Counts()
 		fi.ResetNow()
 		_, err = io.Copy(io.Discard, body)
+		t.Logf("the long request after the reset: %v", err)
 		if err == nil || !fault.IsTransient(err) || !(utilnet.IsConnectionReset(err) || utilnet.IsProbableEOF(err)) {
 			t.Errorf("the long request read %v (%T) after the reset, want a connection reset", err, err)
 		}
@@ -148,6 +149,7 @@ func TestMemberFaults(t *testing.T) {
 			if err == nil || errors.As(err, &st) || !fault.IsTransient(err) {
 				t.Fatalf("a request while refusing got %v, want a transport error", err)
 			}
+			t.Logf("a request while refusing: %v", err)
 		}
 		if got := fi.Counts(); got.ConnsRefused < before.ConnsRefused+3 {
 			t.Errorf("counts %+v: want 3 more refused connections than %+v", got, before)
