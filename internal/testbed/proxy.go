@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// ProxyRoute is one listening address of a latency proxy and the address it forwards to.
+// ProxyRoute is one listening address of the member proxy and the address it forwards to.
 type ProxyRoute struct {
 	Listen, Target string
 }
