@@ -36,8 +36,9 @@ func newTestbedCommand() *cobra.Command {
 		Long: `A testbed is one etcd, a hub kube-apiserver and N member kube-apiservers, and, with
 --workloads, a kube-controller-manager, kube-scheduler and kwok (with --nodes fake nodes that
 carry the labels of real Linux nodes spread over three zones) per member so that Deployments
-become Available. --member-latency makes the members look remote. The binaries are built from Go modules by
-'make testbed-bins' (the first time takes about 15 minutes).`,
+become Available. --member-latency makes the members look remote, --member-faults makes their
+connections fail now and then. The binaries are built from Go modules by 'make testbed-bins'
+(the first time takes about 15 minutes).`,
 	}
 	var stateDir, binDir string
 	cmd.PersistentFlags().StringVar(&stateDir, "state-dir", defaultStateDir(), "folder for kubeconfigs, logs and the state file ($REWIND_TESTBED_STATE)")
@@ -46,6 +47,8 @@ become Available. --member-latency makes the members look remote. The binaries a
 	var members, nodes int
 	var workloads bool
 	var memberLatency time.Duration
+	var memberFaults bool
+	var ff faultFlags
 	var upOutput, statusOutput string
 	up := &cobra.Command{
 		Use:   "up",
@@ -58,10 +61,28 @@ the process list) stays in --state-dir until 'testbed down'.
 With --member-latency, each member's kubeconfig points at a proxy (a background
 'rewind testbed proxy' process) that delays every chunk of bytes by that much in each
 direction, as if the member were in another region; the member's own controllers talk to it
-directly.`,
+directly.
+
+The same proxy injects faults between clients and the members, as real fleets see them:
+  --member-reset-every resets every open connection to each member on that interval (a TCP
+    RST to both sides) and then refuses new connections for --member-refuse-for (default
+    1.5s), as a load balancer's failover or a managed control plane's restart does;
+    --member-faults alone resets every 10s;
+  --member-http-faults answers that fraction of requests itself with a Status like the API
+    server's own (429 with Retry-After, 500, 503 or 504: --member-http-fault-codes), without
+    forwarding them; --member-http-faults-mutating-only and --member-http-fault-path narrow
+    them down. The proxy then terminates TLS with a certificate of the testbed's CA.
+Every minute, the proxy writes how many faults it injected to logs/member-proxy.log in --state-dir.`,
 		Example: `  rewind testbed up --members 3
   rewind testbed up --members 30 --member-latency 25ms
-  rewind testbed up --members 1 --workloads=false --state-dir /tmp/tb -o json`,
+  rewind testbed up --members 1 --workloads=false --state-dir /tmp/tb -o json
+
+  # Connections reset every 10s, new ones refused for 1.5s after each reset
+  rewind testbed up --members 3 --member-faults
+
+  # Resets every 5s, 50 ms round trips, and 5% of writes answered with 429 or 503
+  rewind testbed up --members 3 --member-latency 25ms --member-reset-every 5s --member-refuse-for 2s \
+    --member-http-faults 0.05 --member-http-fault-codes 429,503 --member-http-faults-mutating-only`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if members < 0 {
@@ -73,14 +94,24 @@ directly.`,
 			if memberLatency < 0 {
 				return fmt.Errorf("--member-latency must be 0 or more, got %s", memberLatency)
 			}
+			if memberFaults && !cmd.Flags().Changed("member-reset-every") {
+				ff.resetEvery = defaultResetEvery
+			}
 			opts := testbed.Options{
 				Members: members, Workloads: workloads, Nodes: nodes, MemberLatency: memberLatency,
 				BinDir: binDir, StateDir: stateDir, Detached: true, Log: cmd.ErrOrStderr(),
 			}
-			if memberLatency > 0 {
+			if ff.any() {
+				faults, err := ff.faults()
+				if err != nil {
+					return fmt.Errorf("--member-*: %w", err)
+				}
+				opts.MemberFaults = &faults
+			}
+			if memberLatency > 0 || opts.MemberFaults != nil {
 				exe, err := os.Executable()
 				if err != nil {
-					return fmt.Errorf("finding the rewind executable to run the latency proxy: %w", err)
+					return fmt.Errorf("finding the rewind executable to run the member proxy: %w", err)
 				}
 				opts.ProxyCommand = []string{exe, "testbed", "proxy"}
 			}
@@ -102,6 +133,8 @@ directly.`,
 	up.Flags().BoolVar(&workloads, "workloads", true, "run kube-controller-manager, kube-scheduler and kwok in each member")
 	up.Flags().IntVar(&nodes, "nodes", testbed.DefaultNodes, "fake nodes per member with workloads (zones a, b, c in turn)")
 	up.Flags().DurationVar(&memberLatency, "member-latency", 0, "delay of every chunk of bytes to and from each member's API server, in each direction (e.g. 25ms)")
+	up.Flags().BoolVar(&memberFaults, "member-faults", false, fmt.Sprintf("reset every connection to each member every %s (unless --member-reset-every says otherwise) and refuse new ones for --member-refuse-for", defaultResetEvery))
+	ff.bind(up.Flags(), "member-")
 	outputFlag(up, &upOutput)
 
 	status := &cobra.Command{
@@ -112,7 +145,7 @@ how much memory do its processes use?) and each process the testbed started (is 
 its resident memory). RSS is VmRSS of /proc/PID/status; it counts the pages of the program's
 file, which every process running the same binary shares, so ANON (RssAnon, the process's
 own memory) is what each more member costs. A cluster's figures are the sums over its
-kube-apiserver, kube-controller-manager, kube-scheduler and kwok; etcd and the latency proxy
+kube-apiserver, kube-controller-manager, kube-scheduler and kwok; etcd and the member proxy
 serve every cluster and are counted in the total only.`,
 		Example: `  rewind testbed status
   rewind testbed status --state-dir /tmp/tb -o yaml`,

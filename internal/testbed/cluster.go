@@ -41,9 +41,11 @@ func (t *Testbed) startEtcd(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if !t.track(p) {
+		return errStopped
+	}
 	t.etcd = p
 	t.etcdURL = client
-	t.track(p)
 	hc := &http.Client{Timeout: 2 * time.Second}
 	err = pollUntil(ctx, readyTimeout, p, func() bool {
 		resp, err := hc.Get(client + "/health")
@@ -133,23 +135,31 @@ func (c *Cluster) runAPIServer(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if !c.tb.track(p) {
+		return errStopped
+	}
 	c.mu.Lock()
 	c.api = p
 	c.mu.Unlock()
-	c.tb.track(p)
 	if err := c.waitReady(ctx, p); err != nil {
 		return fmt.Errorf("testbed: API server %s did not become ready (log: %s): %w", c.Name, c.logPath("kube-apiserver"), err)
 	}
 	return nil
 }
 
+// waitReady waits until the API server answers /readyz, asked directly (not through the
+// member proxy, which may be refusing connections or answering with faults).
 func (c *Cluster) waitReady(ctx context.Context, p *process) error {
+	server := c.Server
+	if c.DirectServer != "" {
+		server = c.DirectServer
+	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(c.tb.pki.ca.PEM)
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	defer hc.CloseIdleConnections()
 	return pollUntil(ctx, readyTimeout, p, func() bool {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.Server+"/readyz", nil)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, server+"/readyz", nil)
 		req.Header.Set("Authorization", "Bearer "+c.tb.pki.adminTok)
 		resp, err := hc.Do(req)
 		if err != nil {
@@ -160,8 +170,16 @@ func (c *Cluster) waitReady(ctx context.Context, p *process) error {
 	})
 }
 
-// StopAPIServer stops this cluster's API server (to simulate an unreachable cluster).
+// StopAPIServer stops this cluster's API server (to simulate an unreachable cluster): SIGTERM,
+// as a rolling restart does (SIGKILL after 10 s), and waits until it has exited. Its own
+// controllers, scheduler and kwok keep running and reconnect once it is back.
 func (c *Cluster) StopAPIServer() {
+	c.lifecycle.Lock()
+	defer c.lifecycle.Unlock()
+	c.stopAPIServer()
+}
+
+func (c *Cluster) stopAPIServer() {
 	c.mu.Lock()
 	p := c.api
 	c.api = nil
@@ -173,9 +191,16 @@ func (c *Cluster) StopAPIServer() {
 	c.tb.untrack(p)
 }
 
-// StartAPIServer starts this cluster's API server again after StopAPIServer, on the same
-// address with the same data, and waits until it is ready.
+// StartAPIServer starts this cluster's API server again after StopAPIServer, with the same
+// arguments (same etcd and prefix, so the same data; same port; same serving certificate),
+// and waits until it is ready. It does nothing if the API server runs.
 func (c *Cluster) StartAPIServer(ctx context.Context) error {
+	c.lifecycle.Lock()
+	defer c.lifecycle.Unlock()
+	return c.startAPIServerAgain(ctx)
+}
+
+func (c *Cluster) startAPIServerAgain(ctx context.Context) error {
 	c.mu.Lock()
 	running := c.api != nil
 	c.mu.Unlock()
@@ -183,6 +208,34 @@ func (c *Cluster) StartAPIServer(ctx context.Context) error {
 		return nil
 	}
 	return c.runAPIServer(ctx)
+}
+
+// RestartAPIServer restarts this cluster's kube-apiserver as a managed control plane's
+// upgrade does: it stops it (StopAPIServer), starts it again on the same port with the same
+// etcd data and serving certificate (StartAPIServer), and waits until it is ready. Clients
+// (through the member proxy or not) see their connections end and new ones refused until
+// it is back; client-go reconnects by itself.
+func (c *Cluster) RestartAPIServer(ctx context.Context) error {
+	return <-c.BeginRestartAPIServer(ctx)
+}
+
+// BeginRestartAPIServer is RestartAPIServer for a precise moment (e.g. a hook called when a
+// step starts): it returns once the API server has stopped, and starts it again in the
+// background; the channel receives the result once it is ready again (nil) or could not
+// start. Other Stop, Start and Restart calls on the cluster wait until the restart is over.
+func (c *Cluster) BeginRestartAPIServer(ctx context.Context) <-chan error {
+	done := make(chan error, 1)
+	c.lifecycle.Lock()
+	c.stopAPIServer()
+	go func() {
+		defer c.lifecycle.Unlock()
+		err := c.startAPIServerAgain(ctx)
+		if err != nil {
+			err = fmt.Errorf("restarting the API server of %s: %w", c.Name, err)
+		}
+		done <- err
+	}()
+	return done
 }
 
 func (c *Cluster) startWorkloads(ctx context.Context) error {
@@ -224,10 +277,12 @@ func (c *Cluster) startWorkloads(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		if !t.track(p) {
+			return errStopped
+		}
 		c.mu.Lock()
 		c.helpers = append(c.helpers, p)
 		c.mu.Unlock()
-		t.track(p)
 	}
 
 	// Wait for kwok to make every node Ready, then remove the not-ready taint that only the

@@ -105,5 +105,8 @@ func (t *Testbed) ServingCert(name string) (certPEM, keyPEM []byte, err error) {
 	return certPEM, keyPEM, nil
 }
 
+// caFile is the path of the PEM CA certificate.
+func (p *pki) caFile() string { return filepath.Join(p.dir, "ca.crt") }
+
 // CABundle is the PEM CA certificate that signed every serving certificate of the testbed.
 func (t *Testbed) CABundle() []byte { return append([]byte(nil), t.pki.ca.PEM...) }

@@ -225,7 +225,7 @@ func StopRecords(recs []ProcessRecord, grace time.Duration) {
 }
 
 // Cluster is the cluster a process serves (the part of its name after "/", e.g. "member1"
-// for "kube-apiserver/member1"), or "" for etcd and the latency proxy, which serve them all.
+// for "kube-apiserver/member1"), or "" for etcd and the member proxy, which serve them all.
 func (r ProcessRecord) Cluster() string {
 	_, c, _ := strings.Cut(r.Name, "/")
 	return c

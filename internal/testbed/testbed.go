@@ -4,7 +4,10 @@
 // the labels of real ones (os, arch, zone, region, instance type), so that workloads
 // (Deployments, StatefulSets, charts with node selectors, anti-affinity and topology spread)
 // become available and garbage collection is real. Members can be made to look remote: their
-// API servers are then reached through a proxy that delays every byte.
+// API servers are then reached through a proxy that delays every byte. The same proxy injects
+// faults (Options.MemberFaults): it resets every open connection on an interval and refuses
+// new ones for a moment, and answers a fraction of requests with 429 or 5xx; a member's API
+// server can also be restarted (Cluster.RestartAPIServer).
 //
 // Every process is started in its own process group and recorded in a state file, so Stop (or
 // `rewind testbed down` from another process) stops exactly what was started, by id.
@@ -12,6 +15,7 @@ package testbed
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -52,13 +56,18 @@ type Options struct {
 	// bytes by MemberLatency in each direction, so a request takes at least one round trip of
 	// twice that. The member's own controllers, scheduler and kwok talk to it directly.
 	MemberLatency time.Duration
+	// MemberFaults, when set, puts the member proxy in front of every member's API server (with
+	// MemberLatency if set) and injects these faults; each member's Cluster.Faults controls
+	// them at run time, from the start (a zero Faults injects nothing until a test says so).
+	// The member's own controllers, scheduler and kwok talk to it directly.
+	MemberFaults *Faults
 	// Profiling serves Go's /debug/pprof on every API server (to admin users), for benchmarks
 	// that profile the simulated clusters.
 	Profiling bool
-	// ProxyCommand runs the latency proxy of a Detached testbed in its own process, so that it
-	// outlives Start's caller: the program and its leading arguments, to which ProxyArgs are
-	// appended (the CLI passes its own executable and "testbed", "proxy"). An attached testbed
-	// runs the proxy in process and ignores it.
+	// ProxyCommand runs the member proxy (latency and faults) of a Detached testbed in its own
+	// process, so that it outlives Start's caller: the program and its leading arguments, to
+	// which ProxyConfig.Args are appended (the CLI passes its own executable and "testbed",
+	// "proxy"). An attached testbed runs the proxy in process and ignores it.
 	ProxyCommand []string
 	// HubWorkloads runs them in the hub too (default: members only).
 	HubWorkloads bool
@@ -87,14 +96,18 @@ type Cluster struct {
 	Kubeconfig string `json:"kubeconfig"`
 	// Workloads says whether controllers, a scheduler and kwok run for this cluster.
 	Workloads bool `json:"workloads"`
-	// DirectServer is the API server's own URL when Server is a latency proxy in front of it.
+	// DirectServer is the API server's own URL when Server is the member proxy in front of it.
 	DirectServer string `json:"directServer,omitempty"`
 
 	tb    *Testbed
 	index int // 0 for the hub, i for memberi
 	port  int
-	// proxyPort is the port of the latency proxy in front of the API server, or 0.
+	// proxyPort is the port of the member proxy in front of the API server, or 0.
 	proxyPort int
+	// faults controls the faults of the in-process member proxy, if any.
+	faults *FaultInjector
+	// lifecycle serializes stopping, starting and restarting the API server.
+	lifecycle sync.Mutex
 	// localKubeconfig is the kubeconfig the cluster's own components use (direct).
 	localKubeconfig string
 	apiArgs         []string
@@ -124,15 +137,19 @@ type Testbed struct {
 	// StartupTime is how long Start took.
 	StartupTime time.Duration
 
-	opts    Options
-	bins    Binaries
-	pki     *pki
-	ownsDir bool
-	etcd    *process
-	etcdURL string
-	proxy   *latencyProxy // the in-process latency proxy, if any
-	mu      sync.Mutex
-	procs   []*process
+	opts     Options
+	bins     Binaries
+	pki      *pki
+	ownsDir  bool
+	etcd     *process
+	etcdURL  string
+	proxy    *memberProxy // the in-process member proxy, if any
+	proxyLog io.WriteCloser
+	mu       sync.Mutex
+	procs    []*process
+	// stopping is set when Stop begins: a process started after that (an API server being
+	// restarted) is stopped at once instead of tracked.
+	stopping bool
 	// ready is set once every cluster has started; before that the state file lists only the
 	// processes (clusters are still being filled in by their own goroutines).
 	ready    bool
@@ -156,8 +173,14 @@ func Start(ctx context.Context, opts Options) (_ *Testbed, err error) {
 	if opts.MemberLatency < 0 {
 		return nil, fmt.Errorf("testbed: member latency must be >= 0, got %s", opts.MemberLatency)
 	}
-	if opts.MemberLatency > 0 && opts.Detached && len(opts.ProxyCommand) == 0 {
-		return nil, errors.New("testbed: a detached testbed with member latency needs Options.ProxyCommand to run its proxy")
+	if opts.MemberFaults != nil {
+		if err := opts.MemberFaults.Validate(); err != nil {
+			return nil, fmt.Errorf("testbed: member %w", err)
+		}
+	}
+	proxied := opts.MemberLatency > 0 || opts.MemberFaults != nil
+	if proxied && opts.Detached && len(opts.ProxyCommand) == 0 {
+		return nil, errors.New("testbed: a detached testbed with member latency or faults needs Options.ProxyCommand to run its proxy")
 	}
 	if opts.Log == nil {
 		opts.Log = io.Discard
@@ -208,7 +231,6 @@ func Start(ctx context.Context, opts Options) (_ *Testbed, err error) {
 	for i := 1; i <= opts.Members; i++ {
 		names = append(names, "member"+strconv.Itoa(i))
 	}
-	proxied := opts.MemberLatency > 0
 	nPorts := len(names)
 	if proxied {
 		nPorts += opts.Members
@@ -277,12 +299,23 @@ func (t *Testbed) onSignal() {
 	}
 }
 
-func (t *Testbed) track(p *process) {
+// track records a process just started, so that Stop stops it. Once Stop has begun it
+// stops the process instead and reports false.
+func (t *Testbed) track(p *process) bool {
 	t.mu.Lock()
+	if t.stopping {
+		t.mu.Unlock()
+		p.stop(10 * time.Second)
+		return false
+	}
 	t.procs = append(t.procs, p)
 	t.mu.Unlock()
 	_ = t.writeState()
+	return true
 }
+
+// errStopped is the error of starting a process once the testbed is stopping.
+var errStopped = errors.New("testbed: stopped")
 
 func (t *Testbed) untrack(p *process) {
 	t.mu.Lock()
@@ -391,7 +424,11 @@ func (t *Testbed) Stop() error {
 		if t.proxy != nil {
 			t.proxy.Close()
 		}
+		if t.proxyLog != nil {
+			_ = t.proxyLog.Close()
+		}
 		t.mu.Lock()
+		t.stopping = true
 		procs := append([]*process(nil), t.procs...)
 		t.mu.Unlock()
 		var wg sync.WaitGroup
@@ -438,7 +475,7 @@ func freePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-// RESTConfig returns a client configuration for the cluster (admin), through the latency
+// RESTConfig returns a client configuration for the cluster (admin), through the member
 // proxy if the cluster has one.
 func (c *Cluster) RESTConfig() *rest.Config {
 	c.mu.Lock()
@@ -455,7 +492,7 @@ func (c *Cluster) RESTConfig() *rest.Config {
 	return rest.CopyConfig(c.restCfg)
 }
 
-// directRESTConfig is RESTConfig without the latency proxy, for the testbed's own calls.
+// directRESTConfig is RESTConfig without the member proxy, for the testbed's own calls.
 func (c *Cluster) directRESTConfig() *rest.Config {
 	cfg := c.RESTConfig()
 	if c.DirectServer != "" {
@@ -469,7 +506,7 @@ func (c *Cluster) KubeconfigBytes() ([]byte, error) {
 	return os.ReadFile(c.Kubeconfig)
 }
 
-// writeKubeconfig writes the cluster's kubeconfig and, when the cluster is behind the latency
+// writeKubeconfig writes the cluster's kubeconfig and, when the cluster is behind the member
 // proxy, the direct one its own components use.
 func (c *Cluster) writeKubeconfig() error {
 	cfg := clientcmdKubeconfig(c.Name, c.Server, c.tb.pki.ca.PEM, c.tb.pki.adminTok)
@@ -486,37 +523,67 @@ func (c *Cluster) writeKubeconfig() error {
 	return clientcmd.WriteToFile(*cfg, c.localKubeconfig)
 }
 
-// startProxy starts the latency proxy in front of every member's API server: in process, or
+// startProxy starts the member proxy in front of every member's API server: in process, or
 // as a process of its own (in its own process group, recorded like the others) when the
 // testbed is detached.
 func (t *Testbed) startProxy(ctx context.Context) error {
-	var routes []ProxyRoute
+	cfg := ProxyConfig{Latency: t.opts.MemberLatency}
+	if t.opts.MemberFaults != nil {
+		cfg.Faults = *t.opts.MemberFaults
+	}
+	var names []string
 	for _, c := range t.Members {
-		routes = append(routes, ProxyRoute{
+		cfg.Routes = append(cfg.Routes, ProxyRoute{
 			Listen: "127.0.0.1:" + strconv.Itoa(c.proxyPort),
 			Target: "127.0.0.1:" + strconv.Itoa(c.port),
 		})
+		names = append(names, c.Name)
 	}
+	logPath := filepath.Join(t.StateDir, "logs", "member-proxy.log")
 	if !t.opts.Detached {
-		t.proxy = newLatencyProxy(t.opts.MemberLatency)
-		for _, r := range routes {
-			l, err := net.Listen("tcp", r.Listen)
+		var tlsCfg *proxyTLS
+		if cfg.Faults.needsHTTP() {
+			cert, _, _, err := t.pki.ca.Issue("member-proxy", []string{"localhost", "member-proxy"}, []net.IP{net.ParseIP("127.0.0.1")})
 			if err != nil {
-				return fmt.Errorf("testbed: latency proxy: %w", err)
+				return fmt.Errorf("testbed: member proxy certificate: %w", err)
 			}
-			t.proxy.Serve(l, r.Target)
+			roots := x509.NewCertPool()
+			roots.AppendCertsFromPEM(t.pki.ca.PEM)
+			tlsCfg = &proxyTLS{cert: *cert, roots: roots}
+		}
+		if err := os.MkdirAll(filepath.Dir(logPath), 0o700); err != nil {
+			return err
+		}
+		lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			return err
+		}
+		t.proxyLog = lf
+		if t.proxy, err = startMemberProxy(cfg, names, tlsCfg, lf); err != nil {
+			return fmt.Errorf("testbed: member proxy: %w", err)
+		}
+		for i, c := range t.Members {
+			c.faults = t.proxy.injectors[i]
 		}
 		return nil
 	}
-	args := append(append([]string(nil), t.opts.ProxyCommand[1:]...), ProxyArgs(t.opts.MemberLatency, routes)...)
-	logPath := filepath.Join(t.StateDir, "logs", "latency-proxy.log")
-	p, err := startProcess("latency-proxy", t.opts.ProxyCommand[0], args, logPath, false)
+	if cfg.Faults.needsHTTP() {
+		var err error
+		if cfg.CertFile, cfg.KeyFile, err = t.pki.servingCert("member-proxy"); err != nil {
+			return fmt.Errorf("testbed: member proxy certificate: %w", err)
+		}
+		cfg.CAFile = t.pki.caFile()
+	}
+	args := append(append([]string(nil), t.opts.ProxyCommand[1:]...), cfg.Args()...)
+	p, err := startProcess("member-proxy", t.opts.ProxyCommand[0], args, logPath, false)
 	if err != nil {
 		return err
 	}
-	t.track(p)
+	if !t.track(p) {
+		return errStopped
+	}
 	err = pollUntil(ctx, readyTimeout, p, func() bool {
-		for _, r := range routes {
+		for _, r := range cfg.Routes {
 			conn, err := net.DialTimeout("tcp", r.Listen, time.Second)
 			if err != nil {
 				return false
@@ -526,7 +593,37 @@ func (t *Testbed) startProxy(ctx context.Context) error {
 		return true
 	})
 	if err != nil {
-		return fmt.Errorf("testbed: the latency proxy did not start (log: %s): %w", logPath, err)
+		return fmt.Errorf("testbed: the member proxy did not start (log: %s): %w", logPath, err)
+	}
+	return nil
+}
+
+// Faults controls the faults of the member's proxy at run time: nil for the hub, for a
+// member without a proxy (no Options.MemberLatency or MemberFaults), and in a detached
+// testbed (whose proxy runs in its own process).
+func (c *Cluster) Faults() *FaultInjector { return c.faults }
+
+// FaultCounts is the sum of the faults injected into every member so far (in-process proxy
+// only).
+func (t *Testbed) FaultCounts() FaultCounts {
+	var sum FaultCounts
+	for _, c := range t.Members {
+		if c.faults != nil {
+			sum = sum.Add(c.faults.Counts())
+		}
+	}
+	return sum
+}
+
+// SetMemberFaults replaces the faults of every member's in-process proxy (FaultInjector.Set).
+func (t *Testbed) SetMemberFaults(f Faults) error {
+	for _, c := range t.Members {
+		if c.faults == nil {
+			return fmt.Errorf("testbed: %s has no in-process member proxy (start the testbed with Options.MemberFaults)", c.Name)
+		}
+		if err := c.faults.Set(f); err != nil {
+			return err
+		}
 	}
 	return nil
 }

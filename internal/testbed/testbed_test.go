@@ -311,7 +311,7 @@ func TestCLIUpDownLeavesNoProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// etcd, 4 API servers, 3 helpers for each of 3 members, and the latency proxy.
+	// etcd, 4 API servers, 3 helpers for each of 3 members, and the member proxy.
 	if len(st.Processes) != 15 || len(st.Clusters) != 4 {
 		t.Fatalf("want 15 processes and 4 clusters, got %d and %d", len(st.Processes), len(st.Clusters))
 	}
