@@ -63,6 +63,17 @@ spec:
                 type: integer
 `
 
+// MySQLCRDv1beta1YAML is the MySQLCluster CRD of a later release: v1alpha1 and v1beta1 served
+// with the same schema (no conversion needed), stored at v1beta1. Objects written under it are
+// stored at v1beta1, so going back to MySQLCRDYAML needs a storage migration.
+var MySQLCRDv1beta1YAML = func() string {
+	i := strings.Index(MySQLCRDYAML, "  - name: v1alpha1\n")
+	version := MySQLCRDYAML[i:]
+	stored := strings.Replace(version, "name: v1alpha1", "name: v1beta1", 1)
+	old := strings.Replace(version, "storage: true", "storage: false", 1)
+	return MySQLCRDYAML[:i] + old + stored
+}()
+
 // MySQLGVR is the resource of MySQLClusters at v1alpha1.
 var MySQLGVR = schema.GroupVersionResource{Group: "database.example.com", Version: "v1alpha1", Resource: "mysqlclusters"}
 

@@ -29,6 +29,12 @@ func OperatorImage(version string) string {
 // OperatorImage(version), its pod spec extended with podSpec (YAML lines indented by six
 // spaces, e.g. a nodeSelector or affinity; "" for none). dir holds the rendered manifests.
 func CreateRelease(ctx context.Context, hub client.Client, dir, ns, name, version, podSpec string) error {
+	return CreateReleaseWithCRD(ctx, hub, dir, ns, name, version, podSpec, MySQLCRDYAML)
+}
+
+// CreateReleaseWithCRD is CreateRelease with another MySQLCluster CRD (crdYAML), e.g.
+// MySQLCRDv1beta1YAML for a release that moves the storage version.
+func CreateReleaseWithCRD(ctx context.Context, hub client.Client, dir, ns, name, version, podSpec, crdYAML string) error {
 	dep := fmt.Sprintf(`apiVersion: apps/v1
 kind: Deployment
 metadata:
@@ -44,7 +50,7 @@ spec:
       - name: manager
         image: %s
 `, version, podSpec, OperatorImage(version))
-	if err := os.WriteFile(filepath.Join(dir, "crd.yaml"), []byte(MySQLCRDYAML), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "crd.yaml"), []byte(crdYAML), 0o600); err != nil {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(dir, "deploy.yaml"), []byte(dep), 0o600); err != nil {
