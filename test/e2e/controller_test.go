@@ -30,46 +30,31 @@ import (
 	"github.com/rewind-dev/rewind/internal/testfixture"
 )
 
-// waitCondition waits until the rollout has a condition of type typ with the given status and
-// reason.
-func (f *fleet) waitCondition(typ string, status metav1.ConditionStatus, reason string, timeout time.Duration) *metav1.Condition {
-	f.t.Helper()
-	var c *metav1.Condition
-	err := wait.PollUntilContextTimeout(f.t.Context(), 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		c = meta.FindStatusCondition(f.rollout().Status.Conditions, typ)
-		return c != nil && c.Status == status && c.Reason == reason, nil
-	})
-	if err != nil {
-		f.t.Fatalf("condition %s did not become %s (%s): %+v", typ, status, reason, c)
-	}
-	return c
-}
-
 // A CEL health check that does not compile stops the rollout before any cluster changes,
 // naming the expression; once fixed, the rollout goes on and Stalled is cleared.
 func TestBadCELStallsBeforeAnyChange(t *testing.T) {
 	f := newFleet(t, waves2())
-	f.setRelease("mysql-a", func(s *v1alpha1.RolloutSpec) {
+	f.SetRelease("mysql-a", func(s *v1alpha1.RolloutSpec) {
 		s.HealthGates.CEL = []v1alpha1.CELCheck{{Kind: "MySQLCluster", Expression: "self.status.(ready"}}
 	})
-	startManager(t, f.ns, nil)
-	c := f.waitCondition(v1alpha1.ConditionStalled, metav1.ConditionTrue, v1alpha1.ReasonInvalidSpec, time.Minute)
+	startManager(t, f.NS, nil)
+	c := f.WaitCondition(v1alpha1.ConditionStalled, metav1.ConditionTrue, v1alpha1.ReasonInvalidSpec, time.Minute)
 	if !strings.Contains(c.Message, "self.status.(ready") || !strings.Contains(c.Message, "spec.healthGates.cel") {
 		t.Errorf("Stalled must name the field and the expression: %s", c.Message)
 	}
 	var targets v1alpha1.RolloutTargetList
-	if err := hub(t).List(t.Context(), &targets, client.InNamespace(f.ns)); err != nil || len(targets.Items) != 0 {
+	if err := hub(t).List(t.Context(), &targets, client.InNamespace(f.NS)); err != nil || len(targets.Items) != 0 {
 		t.Fatalf("no cluster may be planned, let alone changed: %d targets (%v)", len(targets.Items), err)
 	}
-	for _, m := range env.Members {
-		if rec := f.record(m); rec != nil {
+	for _, m := range suite.Env.Members {
+		if rec := f.Record(m); rec != nil {
 			t.Errorf("%s was changed: record %+v", m.Name, rec)
 		}
 	}
-	f.setRelease("mysql-a", func(s *v1alpha1.RolloutSpec) {
+	f.SetRelease("mysql-a", func(s *v1alpha1.RolloutSpec) {
 		s.HealthGates.CEL = []v1alpha1.CELCheck{{Kind: "MySQLCluster", Expression: "!has(self.status) || self.status.phase != 'Broken'"}}
 	})
-	ro := f.waitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	ro := f.WaitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
 	if s := meta.FindStatusCondition(ro.Status.Conditions, v1alpha1.ConditionStalled); s != nil {
 		t.Errorf("Stalled must be cleared once the rollout progresses: %+v", s)
 	}
@@ -79,14 +64,14 @@ func TestBadCELStallsBeforeAnyChange(t *testing.T) {
 // rollout goes on and Stalled is cleared.
 func TestMissingReleaseStallsThenRecovers(t *testing.T) {
 	f := newFleet(t, []v1alpha1.Wave{{Name: "one", Clusters: []string{"member1"}, MaxConcurrency: 1}})
-	f.setRelease("mysql-later", nil)
-	startManager(t, f.ns, nil)
-	c := f.waitCondition(v1alpha1.ConditionStalled, metav1.ConditionTrue, v1alpha1.ReasonReleaseNotFound, time.Minute)
-	if !strings.Contains(c.Message, `spec.release: release "mysql-later" does not exist in namespace `+f.ns) || strings.Count(c.Message, "not found") > 0 {
+	f.SetRelease("mysql-later", nil)
+	startManager(t, f.NS, nil)
+	c := f.WaitCondition(v1alpha1.ConditionStalled, metav1.ConditionTrue, v1alpha1.ReasonReleaseNotFound, time.Minute)
+	if !strings.Contains(c.Message, `spec.release: release "mysql-later" does not exist in namespace `+f.NS) || strings.Count(c.Message, "not found") > 0 {
 		t.Errorf("Stalled must name the release: %s", c.Message)
 	}
-	makeRelease(t, f.ns, "mysql-later", "1.1.0", healthy)
-	ro := f.waitPhase("mysql-later", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	makeRelease(t, f.NS, "mysql-later", "1.1.0", healthy)
+	ro := f.WaitPhase("mysql-later", v1alpha1.RolloutSucceeded, 2*time.Minute)
 	if s := meta.FindStatusCondition(ro.Status.Conditions, v1alpha1.ConditionStalled); s != nil {
 		t.Errorf("Stalled must be cleared once the release exists: %+v", s)
 	}
@@ -97,36 +82,36 @@ func TestApprovalsBelongToOneRevision(t *testing.T) {
 	waves := waves2()
 	waves[1].RequireApproval = true
 	f := newFleet(t, waves)
-	startManager(t, f.ns, nil)
-	f.waitPhase("mysql-a", v1alpha1.RolloutWaitingForApproval, 2*time.Minute)
-	rewind(t, f.ns, "rollout", "approve", f.name, "rest")
-	f.waitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
-	f.setRelease("mysql-b", nil)
-	ro := f.waitPhase("mysql-b", v1alpha1.RolloutWaitingForApproval, 2*time.Minute)
-	if p := f.phases(); p["member2"] != v1alpha1.ClusterPending || p["member3"] != v1alpha1.ClusterPending {
+	startManager(t, f.NS, nil)
+	f.WaitPhase("mysql-a", v1alpha1.RolloutWaitingForApproval, 2*time.Minute)
+	rewind(t, f.NS, "rollout", "approve", f.Name, "rest")
+	f.WaitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	f.SetRelease("mysql-b", nil)
+	ro := f.WaitPhase("mysql-b", v1alpha1.RolloutWaitingForApproval, 2*time.Minute)
+	if p := f.Phases(); p["member2"] != v1alpha1.ClusterPending || p["member3"] != v1alpha1.ClusterPending {
 		t.Fatalf("wave rest started on revision %d with the approval of an earlier one: %v", ro.Status.Revision, p)
 	}
-	rewind(t, f.ns, "rollout", "approve", f.name, "rest")
-	f.waitPhase("mysql-b", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	rewind(t, f.NS, "rollout", "approve", f.Name, "rest")
+	f.WaitPhase("mysql-b", v1alpha1.RolloutSucceeded, 2*time.Minute)
 }
 
 // The reason a person gave for one rollback is not reported for the next one.
 func TestRollbackReasonIsReportedOnce(t *testing.T) {
 	f := newFleet(t, []v1alpha1.Wave{{Name: "one", Clusters: []string{"member1"}, MaxConcurrency: 1}})
-	startManager(t, f.ns, nil)
-	f.waitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
-	f.setRelease("mysql-b", nil)
-	f.waitPhase("mysql-b", v1alpha1.RolloutSucceeded, 2*time.Minute)
-	rewind(t, f.ns, "rollback", f.name, "--reason", "latency doubled")
-	ro := f.waitPhase("mysql-a", v1alpha1.RolloutRolledBack, 2*time.Minute)
+	startManager(t, f.NS, nil)
+	f.WaitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	f.SetRelease("mysql-b", nil)
+	f.WaitPhase("mysql-b", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	rewind(t, f.NS, "rollback", f.Name, "--reason", "latency doubled")
+	ro := f.WaitPhase("mysql-a", v1alpha1.RolloutRolledBack, 2*time.Minute)
 	if c := meta.FindStatusCondition(ro.Status.Conditions, v1alpha1.ConditionRolledBack); c == nil || !strings.Contains(c.Message, "latency doubled") {
 		t.Fatalf("the first rollback must report its reason: %+v", c)
 	}
-	f.setRelease("mysql-b", nil)
-	f.waitPhase("mysql-b", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	f.SetRelease("mysql-b", nil)
+	f.WaitPhase("mysql-b", v1alpha1.RolloutSucceeded, 2*time.Minute)
 	// A second rollback, by editing spec.release (as a GitOps commit does): no stale reason.
-	f.setRelease("mysql-a", nil)
-	ro = f.waitPhase("mysql-a", v1alpha1.RolloutRolledBack, 2*time.Minute)
+	f.SetRelease("mysql-a", nil)
+	ro = f.WaitPhase("mysql-a", v1alpha1.RolloutRolledBack, 2*time.Minute)
 	c := meta.FindStatusCondition(ro.Status.Conditions, v1alpha1.ConditionRolledBack)
 	if c == nil || c.Reason != v1alpha1.ReasonManualRollback || strings.Contains(c.Message, "latency doubled") {
 		t.Fatalf("the second rollback must not report the first one's reason: %+v", c)
@@ -140,23 +125,23 @@ func TestRollbackReasonIsReportedOnce(t *testing.T) {
 // restored, then the rollout reports Failed with that cluster's cause.
 func TestRollbackGoesOnPastAFailedRestore(t *testing.T) {
 	f := newFleet(t, []v1alpha1.Wave{{Name: "all", Clusters: []string{"member1", "member2", "member3"}, MaxConcurrency: 3}})
-	startManager(t, f.ns, nil)
-	f.waitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
-	f.populate()
-	f.setRelease("mysql-b", nil)
-	ro := f.waitPhase("mysql-b", v1alpha1.RolloutSucceeded, 3*time.Minute)
-	snaps := f.snapshotsOf(ro.Status.Revision)
+	startManager(t, f.NS, nil)
+	f.WaitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	f.Populate()
+	f.SetRelease("mysql-b", nil)
+	ro := f.WaitPhase("mysql-b", v1alpha1.RolloutSucceeded, 3*time.Minute)
+	snaps := f.SnapshotsOf(ro.Status.Revision)
 	// member2's snapshot payload is lost.
 	snap := &v1alpha1.Snapshot{}
-	if err := hub(t).Get(t.Context(), client.ObjectKey{Namespace: f.ns, Name: snaps["member2"]}, snap); err != nil {
+	if err := hub(t).Get(t.Context(), client.ObjectKey{Namespace: f.NS, Name: snaps["member2"]}, snap); err != nil {
 		t.Fatal(err)
 	}
 	if err := (&snapshot.Hub{Client: hub(t)}).Delete(t.Context(), snap); err != nil {
 		t.Fatal(err)
 	}
-	rewind(t, f.ns, "rollback", f.name)
-	ro = f.waitPhase("mysql-a", v1alpha1.RolloutFailed, 3*time.Minute)
-	p := f.phases()
+	rewind(t, f.NS, "rollback", f.Name)
+	ro = f.WaitPhase("mysql-a", v1alpha1.RolloutFailed, 3*time.Minute)
+	p := f.Phases()
 	if p["member1"] != v1alpha1.ClusterRolledBack || p["member3"] != v1alpha1.ClusterRolledBack || p["member2"] != v1alpha1.ClusterFailed {
 		t.Fatalf("member1 and member3 must be restored although member2's restore failed: %v", p)
 	}
@@ -167,8 +152,8 @@ func TestRollbackGoesOnPastAFailedRestore(t *testing.T) {
 	if len(ro.Status.Failures) != 1 || ro.Status.Failures[0].Cluster != "member2" || ro.Status.Failures[0].Path != v1alpha1.PathRestore {
 		t.Errorf("status.failures must list member2's restore: %+v", ro.Status.Failures)
 	}
-	f.assertEqualsSnapshot(env.Members[0], snaps["member1"])
-	f.assertEqualsSnapshot(env.Members[2], snaps["member3"])
+	f.AssertEqualsSnapshot(suite.Env.Members[0], snaps["member1"])
+	f.AssertEqualsSnapshot(suite.Env.Members[2], snaps["member3"])
 }
 
 // A rollback whose restore failed on one cluster (its kubeconfig Secret unusable) had no way
@@ -177,12 +162,12 @@ func TestRollbackGoesOnPastAFailedRestore(t *testing.T) {
 // others are left as they run.
 func TestRetryAfterAFailedRestore(t *testing.T) {
 	f := newFleet(t, []v1alpha1.Wave{{Name: "all", Clusters: []string{"member1", "member2", "member3"}, MaxConcurrency: 3}})
-	startManager(t, f.ns, nil)
-	f.waitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
-	f.populate()
-	f.setRelease("mysql-b", nil)
-	ro := f.waitPhase("mysql-b", v1alpha1.RolloutSucceeded, 3*time.Minute)
-	snaps := f.snapshotsOf(ro.Status.Revision)
+	startManager(t, f.NS, nil)
+	f.WaitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	f.Populate()
+	f.SetRelease("mysql-b", nil)
+	ro := f.WaitPhase("mysql-b", v1alpha1.RolloutSucceeded, 3*time.Minute)
+	snaps := f.SnapshotsOf(ro.Status.Revision)
 
 	// member2's kubeconfig Secret becomes unusable (put back whatever happens).
 	c := hub(t)
@@ -205,9 +190,9 @@ func TestRetryAfterAFailedRestore(t *testing.T) {
 	if err := setKubeconfig(t.Context(), []byte("not a kubeconfig")); err != nil {
 		t.Fatal(err)
 	}
-	rewind(t, f.ns, "rollback", f.name)
-	ro = f.waitPhase("mysql-a", v1alpha1.RolloutFailed, 3*time.Minute)
-	if p := f.phases(); p["member1"] != v1alpha1.ClusterRolledBack || p["member3"] != v1alpha1.ClusterRolledBack || p["member2"] != v1alpha1.ClusterFailed {
+	rewind(t, f.NS, "rollback", f.Name)
+	ro = f.WaitPhase("mysql-a", v1alpha1.RolloutFailed, 3*time.Minute)
+	if p := f.Phases(); p["member1"] != v1alpha1.ClusterRolledBack || p["member3"] != v1alpha1.ClusterRolledBack || p["member2"] != v1alpha1.ClusterFailed {
 		t.Fatalf("member2's restore must fail and the others be restored: %v", p)
 	}
 	failedRevision := ro.Status.Revision
@@ -215,25 +200,25 @@ func TestRetryAfterAFailedRestore(t *testing.T) {
 	if err := setKubeconfig(t.Context(), good); err != nil {
 		t.Fatal(err)
 	}
-	if out := rewind(t, f.ns, "retry", f.name); !strings.Contains(out, "retrying the rollback to mysql-a on the clusters whose restore failed") {
+	if out := rewind(t, f.NS, "retry", f.Name); !strings.Contains(out, "retrying the rollback to mysql-a on the clusters whose restore failed") {
 		t.Errorf("rewind retry:\n%s", out)
 	}
-	ro = f.waitPhase("mysql-a", v1alpha1.RolloutRolledBack, 3*time.Minute)
+	ro = f.WaitPhase("mysql-a", v1alpha1.RolloutRolledBack, 3*time.Minute)
 	if ro.Status.Revision != failedRevision+1 || ro.Status.PreviousRelease != "mysql-b" {
 		t.Errorf("the retry must be the next revision and keep the release before it: revision %d (failed %d), previous %s", ro.Status.Revision, failedRevision, ro.Status.PreviousRelease)
 	}
-	if p := f.phases(); p["member2"] != v1alpha1.ClusterRolledBack || p["member1"] != v1alpha1.ClusterSucceeded || p["member3"] != v1alpha1.ClusterSucceeded {
+	if p := f.Phases(); p["member2"] != v1alpha1.ClusterRolledBack || p["member1"] != v1alpha1.ClusterSucceeded || p["member3"] != v1alpha1.ClusterSucceeded {
 		t.Errorf("the retry must restore member2 alone and leave the others as they run: %v", p)
 	}
-	for _, m := range env.Members {
-		if rec := f.record(m); rec == nil || rec.Release != "mysql-a" {
+	for _, m := range suite.Env.Members {
+		if rec := f.Record(m); rec == nil || rec.Release != "mysql-a" {
 			t.Errorf("%s record %+v, want mysql-a", m.Name, rec)
 		}
-		f.assertEqualsSnapshot(m, snaps[m.Name])
+		f.AssertEqualsSnapshot(m, snaps[m.Name])
 	}
 	// Nothing failed is left to retry.
-	if out, err := cli.Run(t.Context(), "retry", f.name, "--kubeconfig", env.Hub.Kubeconfig, "-n", f.ns); err == nil || !strings.Contains(err.Error(), "nothing to retry") {
-		ro := f.rollout()
+	if out, err := cli.Run(t.Context(), "retry", f.Name, "--kubeconfig", suite.Env.Hub.Kubeconfig, "-n", f.NS); err == nil || !strings.Contains(err.Error(), "nothing to retry") {
+		ro := f.Rollout()
 		t.Errorf("a retry of a rolled back rollout: %v\n%s\nstatus: failed %q (%s), history %+v", err, out, ro.Status.FailedRelease, ro.Status.FailureReason, ro.Status.History)
 	}
 }
@@ -248,7 +233,7 @@ func TestWaveClustersRunInParallel(t *testing.T) {
 	arrived := map[string]bool{}
 	all := make(chan struct{})
 	maxTogether := 0
-	startManager(t, f.ns, func(cluster, step string) bool {
+	startManager(t, f.NS, func(cluster, step string) bool {
 		if step != target.StepSnapshot {
 			return false
 		}
@@ -271,33 +256,33 @@ func TestWaveClustersRunInParallel(t *testing.T) {
 		mu.Unlock()
 		return false
 	})
-	f.waitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	f.WaitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
 	mu.Lock()
 	together := maxTogether
 	mu.Unlock()
 	if together != 3 {
 		t.Errorf("the three clusters of the wave must be opened together: at most %d were", together)
 	}
-	f.populate()
+	f.Populate()
 	// member2's nodes are marked: mysql-b-picky's operator stays Pending there, so member2
 	// waits at its health gate while member1 and member3 finish.
 	unmark := markNode(t)
-	f.setRelease("mysql-b-picky", func(s *v1alpha1.RolloutSpec) {
+	f.SetRelease("mysql-b-picky", func(s *v1alpha1.RolloutSpec) {
 		s.HealthGates.Timeout = &metav1.Duration{Duration: 2 * time.Minute}
 		s.FailurePolicy = v1alpha1.FailurePolicyPause
 	})
 	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		p := f.phasesFor("mysql-b-picky")
+		p := f.PhasesFor("mysql-b-picky")
 		return p["member1"] == v1alpha1.ClusterSucceeded && p["member3"] == v1alpha1.ClusterSucceeded, nil
 	})
 	if err != nil {
-		t.Fatalf("member1 and member3 did not finish while member2 waited: %v", f.phasesFor("mysql-b-picky"))
+		t.Fatalf("member1 and member3 did not finish while member2 waited: %v", f.PhasesFor("mysql-b-picky"))
 	}
-	if m2 := f.target("member2"); m2.Status.Phase != v1alpha1.ClusterUpgrading || m2.Status.Step != target.StepHealthGate {
+	if m2 := f.Target("member2"); m2.Status.Phase != v1alpha1.ClusterUpgrading || m2.Status.Step != target.StepHealthGate {
 		t.Fatalf("member2 must still wait at its health gate: %+v", m2.Status)
 	}
 	unmark()
-	f.waitPhase("mysql-b-picky", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	f.WaitPhase("mysql-b-picky", v1alpha1.RolloutSucceeded, 2*time.Minute)
 }
 
 // A release with a kind the member does not serve (a ServiceMonitor, and prometheus-operator's
@@ -310,23 +295,23 @@ func TestPrecheckRefusesAKindTheMemberDoesNotServe(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "monitor.yaml"), []byte(monitor), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := testfixture.CreateRelease(t.Context(), hub(t), dir, f.ns, "mysql-monitored", "1.1.0", healthy); err != nil {
+	if err := testfixture.CreateRelease(t.Context(), hub(t), dir, f.NS, "mysql-monitored", "1.1.0", healthy); err != nil {
 		t.Fatal(err)
 	}
-	f.setRelease("mysql-monitored", func(s *v1alpha1.RolloutSpec) { s.FailurePolicy = v1alpha1.FailurePolicyPause })
-	startManager(t, f.ns, nil)
-	ro := f.waitPhase("mysql-monitored", v1alpha1.RolloutFailed, 2*time.Minute)
-	c := f.target("member1").Status
+	f.SetRelease("mysql-monitored", func(s *v1alpha1.RolloutSpec) { s.FailurePolicy = v1alpha1.FailurePolicyPause })
+	startManager(t, f.NS, nil)
+	ro := f.WaitPhase("mysql-monitored", v1alpha1.RolloutFailed, 2*time.Minute)
+	c := f.Target("member1").Status
 	if c.Step != target.StepPrecheck || !strings.Contains(c.Message, "monitoring.coreos.com/v1 ServiceMonitor (API monitoring.coreos.com/v1 not found)") {
 		t.Errorf("member1 must fail its precheck naming the kind and the missing API: %+v", c)
 	}
 	if s := meta.FindStatusCondition(ro.Status.Conditions, v1alpha1.ConditionStalled); s == nil || s.Reason != v1alpha1.ReasonPrecheckFailed {
 		t.Errorf("Stalled must say the precheck failed: %+v", s)
 	}
-	if rec := f.record(env.Members[0]); rec != nil {
+	if rec := f.Record(suite.Env.Members[0]); rec != nil {
 		t.Errorf("nothing may change before the precheck passes: record %+v", rec)
 	}
-	if snaps := f.snapshotsOf(ro.Status.Revision); len(snaps) != 0 {
+	if snaps := f.SnapshotsOf(ro.Status.Revision); len(snaps) != 0 {
 		t.Errorf("no snapshot may be taken before the precheck passes: %v", snaps)
 	}
 }
@@ -339,7 +324,7 @@ func TestWaveOpensItsClustersAtOnce(t *testing.T) {
 	inFlight, most := 0, 0
 	all := make(chan struct{})
 	open := sync.OnceFunc(func() { close(all) })
-	cfg := testenv.ControllerConfig(t, env.Hub, f.ns)
+	cfg := testenv.ControllerConfig(t, suite.Env.Hub, f.NS)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
 			if req.Method != http.MethodPatch || !strings.Contains(req.URL.Path, "/rollouttargets/") || strings.HasSuffix(req.URL.Path, "/status") || req.Body == nil {
@@ -377,7 +362,7 @@ func TestWaveOpensItsClustersAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.RunManager(t, mgr)
-	f.waitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	f.WaitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
 	mu.Lock()
 	defer mu.Unlock()
 	if most != 3 {

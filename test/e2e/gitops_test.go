@@ -15,7 +15,6 @@ import (
 
 	"github.com/fluxcd/cli-utils/pkg/kstatus/status"
 	lua "github.com/yuin/gopher-lua"
-	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/testbed"
+	"github.com/rewind-dev/rewind/test/fleet"
 )
 
 // gitops stands in for Flux or Argo CD: it re-applies the Rollout's spec from "Git" every
@@ -40,16 +40,16 @@ func (g *gitops) set(rel string) {
 	g.mu.Unlock()
 }
 
-func (g *gitops) run(ctx context.Context, t *testing.T, f *fleet, interval time.Duration) {
+func (g *gitops) run(ctx context.Context, t *testing.T, f *fleet.Fleet, interval time.Duration) {
 	for {
 		g.mu.Lock()
 		rel := g.release
 		g.mu.Unlock()
 		ro := &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": v1alpha1.GroupVersion.String(), "kind": "Rollout",
-			"metadata": map[string]any{"name": f.name, "namespace": f.ns},
+			"metadata": map[string]any{"name": f.Name, "namespace": f.NS},
 			"spec": map[string]any{
-				"operator": "mysql-operator", "release": rel, "installNamespace": f.opNS,
+				"operator": "mysql-operator", "release": rel, "installNamespace": f.OpNS,
 				"waves":       []any{map[string]any{"name": "canary", "clusters": []any{"member1"}}, map[string]any{"name": "rest", "clusters": []any{"member2", "member3"}, "maxConcurrency": int64(2)}},
 				"healthGates": map[string]any{"timeout": "20s"},
 			},
@@ -141,35 +141,35 @@ func toLua(L *lua.LState, v any) lua.LValue {
 // and the Argo CD health check must all say clearly that it failed.
 func TestGitOpsToolNeverFightsAnAutomaticRollback(t *testing.T) {
 	f := newFleet(t, waves2())
-	startManager(t, f.ns, nil)
+	startManager(t, f.NS, nil)
 	g := &gitops{release: "mysql-a"}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { g.run(ctx, t, f, 2*time.Second); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 
-	ro := f.waitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	ro := f.WaitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
 	if st := kstatusOf(t, ro); st != status.CurrentStatus {
 		t.Errorf("kstatus of a rollout that succeeded: %s, want Current", st)
 	}
 	if hs, msg := argoHealth(t, ro); hs != "Healthy" {
 		t.Errorf("Argo CD health of a rollout that succeeded: %s (%s), want Healthy", hs, msg)
 	}
-	f.populate()
+	f.Populate()
 
 	// A commit asks for the bad release.
 	g.set("mysql-bad")
-	ro = f.waitPhase("mysql-a", v1alpha1.RolloutRolledBack, 3*time.Minute)
+	ro = f.WaitPhase("mysql-a", v1alpha1.RolloutRolledBack, 3*time.Minute)
 	revision := ro.Status.Revision
 	if ro.Spec.Release != "mysql-bad" || ro.Status.FailedRelease != "mysql-bad" {
 		t.Fatalf("spec.release %s, status.failedRelease %s: the failure must be held in status", ro.Spec.Release, ro.Status.FailedRelease)
 	}
-	started := f.countEvents("RevisionStarted")
+	started := f.CountEvents("RevisionStarted")
 
 	// For 60 s the GitOps tool keeps applying mysql-bad; rewind must not try it again.
 	deadline := time.Now().Add(60 * time.Second)
 	err := wait.PollUntilContextTimeout(t.Context(), time.Second, 61*time.Second, true, func(ctx context.Context) (bool, error) {
-		cur := f.rollout()
+		cur := f.Rollout()
 		if cur.Status.Revision != revision || cur.Status.CurrentRelease != "mysql-a" || cur.Status.Phase != v1alpha1.RolloutRolledBack {
 			t.Fatalf("the failed release was attempted again: revision %d -> %d, phase %s, release %s", revision, cur.Status.Revision, cur.Status.Phase, cur.Status.CurrentRelease)
 		}
@@ -184,32 +184,32 @@ func TestGitOpsToolNeverFightsAnAutomaticRollback(t *testing.T) {
 	if applies < 20 {
 		t.Fatalf("the GitOps stand-in applied only %d times: the test proves little", applies)
 	}
-	if n := f.countEvents("RevisionStarted"); n != started {
+	if n := f.CountEvents("RevisionStarted"); n != started {
 		t.Errorf("%d revisions started while the failure was held", n-started)
 	}
-	for _, m := range env.Members {
-		if rec := f.record(m); rec == nil || rec.Release != "mysql-a" {
+	for _, m := range suite.Env.Members {
+		if rec := f.Record(m); rec == nil || rec.Release != "mysql-a" {
 			t.Errorf("%s record %+v, want mysql-a", m.Name, rec)
 		}
 	}
 
 	// What people and tools see.
-	ro = f.rollout()
+	ro = f.Rollout()
 	if st := kstatusOf(t, ro); st != status.FailedStatus {
 		t.Errorf("kstatus of a rolled-back rollout: %s, want Failed (not InProgress forever)", st)
 	}
 	if hs, msg := argoHealth(t, ro); hs != "Degraded" || !strings.Contains(msg, "mysql-bad") {
 		t.Errorf("Argo CD health of a rolled-back rollout: %s (%s), want Degraded naming mysql-bad", hs, msg)
 	}
-	out, err := runKubectl(t, "get", "rollouts.rewind.dev", f.name, "-n", f.ns)
+	out, err := runKubectl(t, "get", "rollouts.rewind.dev", f.Name, "-n", f.NS)
 	if err != nil || !strings.Contains(out, "RolledBack") {
 		t.Errorf("kubectl get must show the phase RolledBack: %v\n%s", err, out)
 	}
 
 	// A person asks for a retry: the release is attempted once more (and fails again).
-	rewind(t, f.ns, "retry", f.name)
+	rewind(t, f.NS, "retry", f.Name)
 	err = wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		ro = f.rollout()
+		ro = f.Rollout()
 		return ro.Status.Revision >= revision+2 && ro.Status.Phase == v1alpha1.RolloutRolledBack, nil
 	})
 	if err != nil || ro.Status.Revision != revision+2 || ro.Status.FailedRelease != "mysql-bad" {
@@ -218,23 +218,7 @@ func TestGitOpsToolNeverFightsAnAutomaticRollback(t *testing.T) {
 	}
 	// Git goes back to mysql-a: the rollout is Ready again.
 	g.set("mysql-a")
-	f.waitCondition(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonSucceeded, time.Minute)
-}
-
-// countEvents counts the Events about the rollout with a reason.
-func (f *fleet) countEvents(reason string) int {
-	f.t.Helper()
-	var evs eventsv1.EventList
-	if err := hub(f.t).List(f.t.Context(), &evs, client.InNamespace(f.ns)); err != nil {
-		f.t.Fatal(err)
-	}
-	n := 0
-	for _, e := range evs.Items {
-		if e.Regarding.Name == f.name && e.Reason == reason {
-			n++
-		}
-	}
-	return n
+	f.WaitCondition(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonSucceeded, time.Minute)
 }
 
 // runKubectl runs the testbed's kubectl against the hub.
@@ -245,6 +229,6 @@ func runKubectl(t *testing.T, args ...string) (string, error) {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(filepath.Dir(bins.APIServer), "kubectl")
-	out, err := exec.CommandContext(t.Context(), bin, append(args, "--kubeconfig", env.Hub.Kubeconfig)...).CombinedOutput()
+	out, err := exec.CommandContext(t.Context(), bin, append(args, "--kubeconfig", suite.Env.Hub.Kubeconfig)...).CombinedOutput()
 	return string(out), err
 }

@@ -28,7 +28,7 @@ import (
 // rollback returns each cluster to the rendering it ran.
 func TestValuesFromPerClusterLabel(t *testing.T) {
 	c := hub(t)
-	ns := testenv.Namespace(t, env.Hub.RESTConfig())
+	ns := testenv.Namespace(t, suite.Env.Hub.RESTConfig())
 	const image = "example.com/widget-operator@sha256:96de02ea89f210bd768e9511189362b1dd87b8e26bd35d6b92fbf9bdc95504c0"
 	const mirror = "mirror.eu.example.com/widget-operator@sha256:96de02ea89f210bd768e9511189362b1dd87b8e26bd35d6b92fbf9bdc95504c0"
 	chart := filepath.Join("..", "..", "internal", "release", "testdata", "chart")
@@ -55,7 +55,7 @@ func TestValuesFromPerClusterLabel(t *testing.T) {
 	waitRollout(t, ns, "widget", "widget-v2", v1alpha1.RolloutSucceeded, 2*time.Minute)
 
 	want := map[string]string{"member1": image, "member2": mirror}
-	for i, m := range env.Members[:2] {
+	for i, m := range suite.Env.Members[:2] {
 		mc := memberClient(t, m)
 		deps := &unstructured.UnstructuredList{}
 		deps.SetAPIVersion("apps/v1")
@@ -92,7 +92,7 @@ func TestValuesFromPerClusterLabel(t *testing.T) {
 // cleanupOperator leaves the members without an operator's record, CRD and namespace.
 func cleanupOperator(t *testing.T, operator, namespace, crdName string) {
 	ctx := context.Background()
-	for _, m := range env.Members {
+	for _, m := range suite.Env.Members {
 		mc := memberClient(t, m)
 		crd := &unstructured.Unstructured{}
 		crd.SetAPIVersion("apiextensions.k8s.io/v1")
