@@ -185,27 +185,6 @@ func TestWave2FailsRollsBackWave1Too(t *testing.T) {
 	}
 }
 
-// setUnreachableTimeout gives a member a short spec.unreachableTimeout for one test.
-func setUnreachableTimeout(t *testing.T, name string, d time.Duration) {
-	t.Helper()
-	set := func(d *metav1.Duration) error {
-		mc := &v1alpha1.MemberCluster{}
-		if err := hub(t).Get(context.Background(), client.ObjectKey{Name: name}, mc); err != nil {
-			return err
-		}
-		mc.Spec.UnreachableTimeout = d
-		return hub(t).Update(context.Background(), mc)
-	}
-	if err := set(&metav1.Duration{Duration: d}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := set(nil); err != nil {
-			t.Errorf("resetting %s's unreachableTimeout: %v", name, err)
-		}
-	})
-}
-
 // A member lost mid-rollout is not a failed release: its target waits (spec.unreachablePolicy
 // Hold, the default), the Rollout's Waiting condition says why, the member's Reachable
 // condition is False, and once the member is back the rollout goes on and succeeds, nothing
@@ -217,7 +196,7 @@ func TestMemberLostMidRollout(t *testing.T) {
 	f.WaitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
 	f.Populate()
 	lost := suite.Env.Members[2]
-	setUnreachableTimeout(t, lost.Name, 5*time.Second)
+	suite.SetUnreachableTimeout(t, lost.Name, 5*time.Second)
 	lost.StopAPIServer()
 	t.Cleanup(func() { _ = lost.StartAPIServer(context.Background()) })
 	f.SetRelease("mysql-b", nil)

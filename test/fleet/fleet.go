@@ -137,6 +137,39 @@ func MemberClient(t testing.TB, m *testbed.Cluster) client.Client {
 	return c
 }
 
+// Member returns the member of that name.
+func (s *Suite) Member(t testing.TB, name string) *testbed.Cluster {
+	t.Helper()
+	for _, m := range s.Env.Members {
+		if m.Name == name {
+			return m
+		}
+	}
+	t.Fatalf("no member %s", name)
+	return nil
+}
+
+// SetUnreachableTimeout gives a member a spec.unreachableTimeout until the test ends.
+func (s *Suite) SetUnreachableTimeout(t *testing.T, name string, d time.Duration) {
+	t.Helper()
+	set := func(d *metav1.Duration) error {
+		mc := &v1alpha1.MemberCluster{}
+		if err := s.Hub(t).Get(context.Background(), client.ObjectKey{Name: name}, mc); err != nil {
+			return err
+		}
+		mc.Spec.UnreachableTimeout = d
+		return s.Hub(t).Update(context.Background(), mc)
+	}
+	if err := set(&metav1.Duration{Duration: d}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := set(nil); err != nil {
+			t.Errorf("resetting %s's unreachableTimeout: %v", name, err)
+		}
+	})
+}
+
 // Rewind runs the CLI in-process against the suite's hub, in namespace ns.
 func (s *Suite) Rewind(t *testing.T, ns string, args ...string) string {
 	t.Helper()

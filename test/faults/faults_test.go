@@ -1,0 +1,289 @@
+//go:build !unit
+
+// Package faults runs rewind's rollouts and rollbacks through the faults real fleets meet: a
+// proxy in front of every member that resets every open connection and refuses new ones for a
+// moment (a load balancer failing over, a managed control plane restarting), answers 429s and
+// 5xx, or cuts a member off; and a member's kube-apiserver restarted in the middle of a step.
+// Faults are not failures: every test ends with the same result an undisturbed run gives,
+// every member compared object by object with its expected state.
+package faults
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/controller"
+	"github.com/rewind-dev/rewind/internal/controller/target"
+	"github.com/rewind-dev/rewind/internal/testbed"
+	"github.com/rewind-dev/rewind/internal/testbed/testenv"
+	"github.com/rewind-dev/rewind/test/fleet"
+)
+
+var suite fleet.Suite
+
+// noFaults is the proxy's setting between tests: in place (TCP and HTTP layers), injecting
+// nothing.
+var noFaults = testbed.Faults{HTTPProxy: true}
+
+func TestMain(m *testing.M) {
+	testenv.Main(m, testbed.Options{Members: 3, Workloads: true, MemberFaults: &noFaults}, &suite.Env)
+}
+
+// allAtOnce is one wave of the three members.
+func allAtOnce() []v1alpha1.Wave {
+	return []v1alpha1.Wave{{Name: "all", Clusters: []string{"member1", "member2", "member3"}, MaxConcurrency: 3}}
+}
+
+// inject sets the faults of every member until the test ends, and returns a function that
+// stops them early (so that the test checks the members without them).
+func inject(t *testing.T, f testbed.Faults) (stop func()) {
+	t.Helper()
+	f.HTTPProxy = true
+	if err := suite.Env.SetMemberFaults(f); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			if err := suite.Env.SetMemberFaults(noFaults); err != nil {
+				t.Errorf("turning the faults off: %v", err)
+			}
+			for _, m := range suite.Env.Members {
+				m.Faults().Heal()
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// faultRetries is how many faults the fleet's steps met and retried so far.
+func faultRetries(t *testing.T, f *fleet.Fleet) float64 {
+	return fleet.Metric(t, "rewind_fault_retries_total", map[string]string{"namespace": f.NS})
+}
+
+// assertNoFailure checks that nothing failed: no failed release held, no automatic rollback,
+// no failed target in the current revision.
+func assertNoFailure(t *testing.T, f *fleet.Fleet) {
+	t.Helper()
+	ro := f.Rollout()
+	if ro.Status.FailedRelease != "" || len(ro.Status.Failures) > 0 || ro.Status.Targets.Failed > 0 {
+		t.Errorf("a fault is not a failure: failed release %q, failures %+v, targets %+v", ro.Status.FailedRelease, ro.Status.Failures, ro.Status.Targets)
+	}
+	if n := f.CountEvents("AutomaticRollback"); n > 0 {
+		t.Errorf("faults rolled the fleet back %d times", n)
+	}
+}
+
+// assertRuns checks that every member runs release, without drift: its installed-version
+// record names it, and `rewind clusters check` finds what runs equal to the release.
+func assertRuns(t *testing.T, f *fleet.Fleet, release string) {
+	t.Helper()
+	for _, m := range suite.Env.Members {
+		if rec := f.Record(m); rec == nil || rec.Release != release {
+			t.Errorf("%s: record %+v, want %s", m.Name, rec, release)
+		}
+	}
+	out := suite.Rewind(t, f.NS, "clusters", "check", "--operator", fleet.Operator, "--expect", release)
+	if strings.Count(out, "OK") < len(suite.Env.Members) {
+		t.Errorf("clusters check must find every member on %s without drift:\n%s", release, out)
+	}
+}
+
+// upgraded brings a populated fleet to mysql-a, then upgrades it to mysql-b without faults,
+// and returns the snapshots the upgrade took.
+func upgraded(t *testing.T, f *fleet.Fleet) map[string]string {
+	t.Helper()
+	f.WaitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	f.Populate()
+	f.SetRelease("mysql-b", nil)
+	ro := f.WaitPhase("mysql-b", v1alpha1.RolloutSucceeded, 3*time.Minute)
+	return f.SnapshotsOf(ro.Status.Revision)
+}
+
+// An upgrade across three members while every connection to them is reset every few seconds
+// (and new ones refused for a moment and a half after each reset): every cluster succeeds,
+// nothing is rolled back, and each member runs the new release with its custom resources as
+// they were.
+func TestUpgradeUnderResets(t *testing.T) {
+	f := suite.New(t, allAtOnce())
+	suite.StartManager(t, f.NS, controller.Options{})
+	f.WaitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	f.Populate()
+	before, retried := suite.Env.FaultCounts(), faultRetries(t, f)
+
+	stop := inject(t, testbed.Faults{ResetEvery: 3 * time.Second})
+	f.SetRelease("mysql-b", nil)
+	ro := f.WaitPhase("mysql-b", v1alpha1.RolloutSucceeded, 5*time.Minute)
+	stop()
+	injected := suite.Env.FaultCounts()
+	t.Logf("faults injected: %s (before the upgrade: %s); fault retries: %.0f", injected, before, faultRetries(t, f)-retried)
+	if injected.Resets == before.Resets || injected.ConnsReset+injected.ConnsRefused == before.ConnsReset+before.ConnsRefused {
+		t.Fatalf("no fault was injected during the upgrade: the test proves nothing (%s)", injected)
+	}
+	if faultRetries(t, f) == retried {
+		t.Errorf("no step met a fault: the test proves nothing")
+	}
+	assertNoFailure(t, f)
+	assertRuns(t, f, "mysql-b")
+	for m, snap := range f.SnapshotsOf(ro.Status.Revision) {
+		f.AssertEqualsSnapshot(suite.Member(t, m), snap) // the upgrade leaves the custom resources as they were
+	}
+}
+
+// A person's rollback while every connection is reset every few seconds ends RolledBack, and
+// every member is exactly its snapshot again.
+func TestRollbackUnderResets(t *testing.T) {
+	f := suite.New(t, allAtOnce())
+	suite.StartManager(t, f.NS, controller.Options{})
+	snaps := upgraded(t, f)
+	retried := faultRetries(t, f)
+
+	stop := inject(t, testbed.Faults{ResetEvery: 3 * time.Second})
+	suite.Rewind(t, f.NS, "rollback", f.Name, "--reason", "rolled back under resets")
+	ro := f.WaitPhase("mysql-a", v1alpha1.RolloutRolledBack, 5*time.Minute)
+	stop()
+	t.Logf("faults injected: %s; fault retries: %.0f", suite.Env.FaultCounts(), faultRetries(t, f)-retried)
+	if faultRetries(t, f) == retried {
+		t.Errorf("no step met a fault: the test proves nothing")
+	}
+	if ro.Status.Targets.RolledBack != 3 || ro.Status.Targets.Failed != 0 {
+		t.Errorf("every cluster must be restored, none failed: %+v", ro.Status.Targets)
+	}
+	assertRuns(t, f, "mysql-a")
+	for _, m := range suite.Env.Members {
+		f.AssertEqualsSnapshot(m, snaps[m.Name])
+	}
+}
+
+// 429s (with Retry-After) and 500, 503 and 504 answers for a fifth of the requests to every
+// member, through an upgrade and a person's rollback: both end as they would without them.
+func TestThrottledAndFailingRequests(t *testing.T) {
+	f := suite.New(t, allAtOnce())
+	suite.StartManager(t, f.NS, controller.Options{})
+	f.WaitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	f.Populate()
+	before := suite.Env.FaultCounts()
+
+	stop := inject(t, testbed.Faults{HTTP: testbed.HTTPFaults{Fraction: 0.2, Codes: []int{429, 500, 503, 504}}})
+	f.SetRelease("mysql-b", nil)
+	ro := f.WaitPhase("mysql-b", v1alpha1.RolloutSucceeded, 5*time.Minute)
+	snaps := f.SnapshotsOf(ro.Status.Revision)
+	assertNoFailure(t, f)
+	suite.Rewind(t, f.NS, "rollback", f.Name)
+	ro = f.WaitPhase("mysql-a", v1alpha1.RolloutRolledBack, 5*time.Minute)
+	stop()
+	counts := suite.Env.FaultCounts()
+	t.Logf("HTTP faults injected: %d of %d requests (%v)", counts.HTTPFaults-before.HTTPFaults, counts.HTTPRequests-before.HTTPRequests, counts.HTTPByCode)
+	for _, code := range []int{429, 500, 503, 504} {
+		if counts.HTTPByCode[code] == before.HTTPByCode[code] {
+			t.Errorf("no %d was injected: the test proves less than it says", code)
+		}
+	}
+	if ro.Status.Targets.RolledBack != 3 || ro.Status.Targets.Failed != 0 {
+		t.Errorf("every cluster must be restored, none failed: %+v", ro.Status.Targets)
+	}
+	assertRuns(t, f, "mysql-a")
+	for _, m := range suite.Env.Members {
+		f.AssertEqualsSnapshot(m, snaps[m.Name])
+	}
+}
+
+// restartAt returns a CrashAt hook that restarts member's kube-apiserver (same etcd, same
+// port) the first time step starts on it, and goes on: the step then meets an API server that
+// is down, then starting. The test waits for the restart to be over when it ends.
+func restartAt(t *testing.T, memberName, step string) func(cluster, s string) bool {
+	m := suite.Member(t, memberName)
+	var once sync.Once
+	var done <-chan error
+	var mu sync.Mutex
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if done == nil {
+			t.Errorf("%s never started %s: the test proves nothing", memberName, step)
+			return
+		}
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return func(cluster, s string) bool {
+		if cluster == memberName && s == step {
+			once.Do(func() {
+				mu.Lock()
+				defer mu.Unlock()
+				done = m.BeginRestartAPIServer(context.Background())
+			})
+		}
+		return false
+	}
+}
+
+// A member's kube-apiserver restarted while a step runs on it: the step resumes when it is
+// back, and the cluster ends as an undisturbed run leaves it.
+func TestAPIServerRestartedDuringAStep(t *testing.T) {
+	for _, step := range []string{target.StepSnapshot, target.StepApplyWorkloads} {
+		t.Run(step, func(t *testing.T) {
+			f := suite.New(t, allAtOnce())
+			stopManager := suite.StartManager(t, f.NS, controller.Options{})
+			f.WaitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
+			f.Populate()
+			stopManager()
+			suite.StartManager(t, f.NS, controller.Options{CrashAt: restartAt(t, "member2", step)})
+			f.SetRelease("mysql-b", nil)
+			ro := f.WaitPhase("mysql-b", v1alpha1.RolloutSucceeded, 5*time.Minute)
+			assertNoFailure(t, f)
+			assertRuns(t, f, "mysql-b")
+			for m, snap := range f.SnapshotsOf(ro.Status.Revision) {
+				f.AssertEqualsSnapshot(suite.Member(t, m), snap)
+			}
+		})
+	}
+}
+
+// A member cut off for longer than its unreachableTimeout: its target waits (the default
+// unreachablePolicy, Hold) and the Rollout's Waiting condition says so; the other clusters and
+// the Rollout fail nothing. When the member is reachable again the rollout goes on by itself
+// and every member runs the new release.
+func TestMemberCutOffPastItsTimeoutWaitsThenGoesOn(t *testing.T) {
+	f := suite.New(t, allAtOnce())
+	suite.StartManager(t, f.NS, controller.Options{})
+	f.WaitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	f.Populate()
+	const cut = "member3"
+	suite.SetUnreachableTimeout(t, cut, 5*time.Second)
+	inject(t, testbed.Faults{}) // the proxy in place; member3 alone is cut off
+	suite.Member(t, cut).Faults().RefuseFor(10 * time.Minute)
+	f.SetRelease("mysql-b", nil)
+
+	var ro *v1alpha1.Rollout
+	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		ro = f.Rollout()
+		c := meta.FindStatusCondition(ro.Status.Conditions, v1alpha1.ConditionWaiting)
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonMemberUnreachable && strings.Contains(c.Message, cut), nil
+	})
+	if err != nil {
+		t.Fatalf("the Rollout must say %s is unreachable and waited for: %+v", cut, ro.Status.Conditions)
+	}
+	if st := f.Target(cut).Status; st.WaitingFor != v1alpha1.ReasonMemberUnreachable || st.Phase != v1alpha1.ClusterUpgrading {
+		t.Errorf("%s's target must wait: %+v", cut, st)
+	}
+	assertNoFailure(t, f)
+
+	suite.Member(t, cut).Faults().Heal()
+	ro = f.WaitPhase("mysql-b", v1alpha1.RolloutSucceeded, 3*time.Minute)
+	if c := meta.FindStatusCondition(ro.Status.Conditions, v1alpha1.ConditionWaiting); c != nil {
+		t.Errorf("nothing waits any more: %+v", c)
+	}
+	assertNoFailure(t, f)
+	assertRuns(t, f, "mysql-b")
+}
