@@ -133,7 +133,7 @@ func waitf(reason, format string, args ...any) error {
 func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, error) {
 	ro := s.ro
 	ro.Status.ObservedGeneration = ro.Generation
-	if err := s.loadTargets(ctx); err != nil {
+	if err := s.loadTargets(ctx, r.Client); err != nil {
 		return ctrl.Result{}, err
 	}
 	s.handleRequests()
@@ -165,8 +165,19 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 	if ro.Status.Revision == 0 {
 		return ctrl.Result{}, nil
 	}
+	unseen, err := s.observeRevision(ctx)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	if err := s.hold(ctx, ro.Spec.Paused); err != nil {
 		return ctrl.Result{}, err
+	}
+	if unseen > 0 {
+		// Every target of the revision was written before the revision was recorded, so the
+		// API server holds them all: one was deleted or rewritten by hand. The rollout cannot
+		// tell what its cluster did, and counts neither it nor its wave.
+		return ctrl.Result{}, stallf(ReasonTargetsMissing, "revision %d planned %d RolloutTargets, but the hub holds %d of them at that revision (one was deleted or changed by hand): no wave opens until each is back; start a new revision (a new spec.release) to plan every cluster again",
+			ro.Status.Revision, ro.Status.Targets.Total, int(ro.Status.Targets.Total)-unseen)
 	}
 	if ro.Spec.Paused {
 		s.setPhase(v1alpha1.RolloutPaused, v1alpha1.ReasonPaused, "spec.paused is true: no new step starts (rewind rollout resume)")
@@ -182,20 +193,34 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 		return r.restoreFailedClusters(ctx, s)
 	}
 	rollback := s.isRollback()
-	d := Decide(&ro.Spec, ro.Status.CurrentWave, s.approved, s.clusters(), rollback)
-	switch {
-	case len(d.Failed) > 0 && !rollback:
-		return r.onFailure(ctx, s, d.Failed)
-	case d.AllDone:
-		r.finish(s, rollback, d.Failed)
-		return ctrl.Result{}, nil
-	case d.NeedsApproval:
-		w := ro.Spec.Waves[ro.Status.CurrentWave]
-		s.setPhase(v1alpha1.RolloutWaitingForApproval, v1alpha1.ReasonAwaitingApproval,
-			fmt.Sprintf("wave %q waits for approval of revision %d: rewind rollout approve %s %s", w.Name, ro.Status.Revision, ro.Name, w.Name))
-		return ctrl.Result{}, nil
-	case d.GroupDone:
-		return r.bakeOrNextGroup(ctx, s, rollback)
+	var d Decision
+	for {
+		d = Decide(&ro.Spec, ro.Status.CurrentWave, s.approved, s.clusters(), int(ro.Status.Targets.Total), rollback)
+		switch {
+		case d.Unseen > 0:
+			// observeRevision saw them all: not reached (a guard for Decide's contract).
+			return ctrl.Result{}, fmt.Errorf("revision %d: %d of its targets are not seen", ro.Status.Revision, d.Unseen)
+		case len(d.Failed) > 0 && !rollback:
+			return r.onFailure(ctx, s, d.Failed)
+		case d.AllDone:
+			r.finish(s, rollback, d.Failed)
+			return ctrl.Result{}, nil
+		case d.NeedsApproval:
+			w := ro.Spec.Waves[ro.Status.CurrentWave]
+			s.setPhase(v1alpha1.RolloutWaitingForApproval, v1alpha1.ReasonAwaitingApproval,
+				fmt.Sprintf("wave %q waits for approval of revision %d: rewind rollout approve %s %s", w.Name, ro.Status.Revision, ro.Name, w.Name))
+			return ctrl.Result{}, nil
+		case d.GroupDone:
+			res, next, err := r.bakeOrNextGroup(ctx, s, rollback)
+			if err != nil || !next {
+				return res, err
+			}
+			// The next group is decided now, from this reconcile's view, which holds every
+			// write it made: a requeue would read the cache, maybe before the new wave
+			// reached it.
+			continue
+		}
+		break
 	}
 	phase, what := v1alpha1.RolloutProgressing, "rolling out"
 	if rollback {
@@ -213,8 +238,8 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 			return ctrl.Result{RequeueAfter: 30 * time.Second}, nil
 		}
 	}
-	err := eachTarget(ctx, d.Start, func(ctx context.Context, name string) error {
-		return s.updateTarget(ctx, name, func(t *v1alpha1.RolloutTarget) { t.Spec.Start = true })
+	err = eachTarget(ctx, d.Start, func(ctx context.Context, name string) error {
+		return s.startTarget(ctx, name, true)
 	})
 	return ctrl.Result{}, err
 }
@@ -259,10 +284,13 @@ func (s *scope) handleRequests() {
 	}
 }
 
-// loadTargets reads the rollout's targets.
-func (s *scope) loadTargets(ctx context.Context) error {
+// ReasonTargetsMissing says a RolloutTarget the revision planned is gone from the hub.
+const ReasonTargetsMissing = "TargetsMissing"
+
+// loadTargets reads the rollout's targets from the cache (r.Client) or the API server (r.Hub).
+func (s *scope) loadTargets(ctx context.Context, from client.Reader) error {
 	var list v1alpha1.RolloutTargetList
-	if err := s.r.Client.List(ctx, &list, client.InNamespace(s.ro.Namespace), client.MatchingLabels{v1alpha1.LabelRollout: s.ro.Name}); err != nil {
+	if err := from.List(ctx, &list, client.InNamespace(s.ro.Namespace), client.MatchingLabels{v1alpha1.LabelRollout: s.ro.Name}); err != nil {
 		return fmt.Errorf("listing the rollout's targets: %w", err)
 	}
 	s.targets = map[string]*v1alpha1.RolloutTarget{}
@@ -273,6 +301,22 @@ func (s *scope) loadTargets(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// observeRevision makes sure the view holds every target the current revision planned
+// (status.targets.total of them) at that revision. The cache may not: a target's spec written
+// for the revision a moment ago may not have reached it, and a missing or stale target would
+// make its wave look done. Then the targets are read from the API server, which holds every
+// write made before the revision was recorded. It returns how many are still not seen.
+func (s *scope) observeRevision(ctx context.Context) (unseen int, err error) {
+	want := int(s.ro.Status.Targets.Total)
+	if len(s.current()) >= want {
+		return 0, nil
+	}
+	if err := s.loadTargets(ctx, s.r.Hub); err != nil {
+		return 0, err
+	}
+	return max(want-len(s.current()), 0), nil
 }
 
 // current returns the targets of the current revision, by cluster name.
@@ -295,11 +339,19 @@ func phaseOf(t *v1alpha1.RolloutTarget) string {
 	return t.Status.Phase
 }
 
+// clusters is what Decide needs of every target the view holds; a target not at the current
+// revision is Stale.
 func (s *scope) clusters() []Cluster {
-	var out []Cluster
-	for _, t := range s.current() {
-		out = append(out, Cluster{Name: t.Spec.Cluster, Wave: t.Spec.Wave, Phase: phaseOf(t), Started: t.Spec.Start})
+	out := make([]Cluster, 0, len(s.targets))
+	for _, t := range s.targets {
+		c := Cluster{Name: t.Spec.Cluster, Wave: t.Spec.Wave, Phase: phaseOf(t), Started: t.Spec.Start,
+			Stale: t.Spec.Revision != s.ro.Status.Revision, Bakes: t.Spec.Path != v1alpha1.PathNone}
+		if t.Status.Revision == t.Spec.Revision && t.Status.HealthCheckedAt != nil {
+			c.HealthCheckedAt = t.Status.HealthCheckedAt.Time
+		}
+		out = append(out, c)
 	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
 
@@ -352,30 +404,39 @@ func (s *scope) interruptedStart() (release, reason string, ok bool) {
 	return release, "", ok
 }
 
-// updateTarget changes a target's spec, retrying on conflicts.
-func (s *scope) updateTarget(ctx context.Context, cluster string, mutate func(*v1alpha1.RolloutTarget)) error {
+// updateTarget changes a target's spec, retrying on conflicts. It says whether the target
+// changed: a view behind the API server may ask for a change the target already has.
+func (s *scope) updateTarget(ctx context.Context, cluster string, mutate func(*v1alpha1.RolloutTarget)) (changed bool, err error) {
 	t := s.targets[cluster]
 	if t == nil {
-		return fmt.Errorf("no target for cluster %s", cluster)
+		return false, fmt.Errorf("no target for cluster %s", cluster)
 	}
 	for attempt := 0; ; attempt++ {
 		base := t.DeepCopy()
 		mutate(t)
 		if equality.Semantic.DeepEqual(base.Spec, t.Spec) {
-			return nil
+			return false, nil
 		}
 		err := s.r.Client.Patch(ctx, t, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
 		if apierrors.IsConflict(err) && attempt < 5 {
-			if err := s.r.Client.Get(ctx, client.ObjectKeyFromObject(t), t); err != nil {
-				return err
+			// Read from the API server: the cache may still hold the version that conflicted
+			// (this reconciler's own last write may not have reached it).
+			if err := s.r.Hub.Get(ctx, client.ObjectKeyFromObject(t), t); err != nil {
+				return false, err
 			}
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("updating RolloutTarget %s: %w", t.Name, err)
+			return false, fmt.Errorf("updating RolloutTarget %s: %w", t.Name, err)
 		}
-		return nil
+		return true, nil
 	}
+}
+
+// startTarget sets a target's spec.start.
+func (s *scope) startTarget(ctx context.Context, cluster string, start bool) error {
+	_, err := s.updateTarget(ctx, cluster, func(t *v1alpha1.RolloutTarget) { t.Spec.Start = start })
+	return err
 }
 
 // hold closes (paused) or reopens the revision's targets in progress.
@@ -387,7 +448,7 @@ func (s *scope) hold(ctx context.Context, paused bool) error {
 		}
 	}
 	return eachTarget(ctx, clusters, func(ctx context.Context, cluster string) error {
-		return s.updateTarget(ctx, cluster, func(t *v1alpha1.RolloutTarget) { t.Spec.Start = !paused })
+		return s.startTarget(ctx, cluster, !paused)
 	})
 }
 
