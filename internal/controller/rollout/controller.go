@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -39,12 +40,19 @@ type Reconciler struct {
 	// (Secrets holding release manifests, Snapshots) straight from the API server.
 	Client client.Client
 	Hub    client.Client
+	// Live reads straight from the API server (the manager's API reader), for what must
+	// include this reconciler's own latest writes, which the cache may not hold yet.
+	Live client.Reader
 	// Releases caches releases' manifests.
 	Releases *release.Cache
 	// Recorder records Events on Rollouts.
 	Recorder events.EventRecorder
 	// Now is the clock.
 	Now func() time.Time
+
+	// seen holds, by Rollout, the resourceVersion this reconciler last read from the API
+	// server or wrote (see get).
+	seen sync.Map
 }
 
 func (r *Reconciler) now() time.Time {
@@ -62,9 +70,9 @@ func (r *Reconciler) now() time.Time {
 
 // Reconcile advances one Rollout. Its status is written once, at the end.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	ro := &v1alpha1.Rollout{}
-	if err := r.Client.Get(ctx, req.NamespacedName, ro); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+	ro, err := r.get(ctx, req.NamespacedName)
+	if ro == nil || err != nil {
+		return ctrl.Result{}, err
 	}
 	s := &scope{r: r, ro: ro, base: ro.DeepCopy()}
 	res, err := r.reconcile(ctx, s)
@@ -86,7 +94,29 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if perr := s.patch(ctx); perr != nil {
 		err = errors.Join(err, perr)
 	}
+	r.seen.Store(req.NamespacedName, s.ro.ResourceVersion)
 	return res, err
+}
+
+// get reads a Rollout from the cache or, when the cache may be behind this reconciler's own
+// last status write (its version is not the one last written or read), from the API server.
+// A reconcile of the Rollout as it was before that write would do again what the last one
+// did (open a wave again, start a revision again, with their Events) before its status patch
+// met the conflict. A Rollout that is gone is nil.
+func (r *Reconciler) get(ctx context.Context, key client.ObjectKey) (*v1alpha1.Rollout, error) {
+	ro := &v1alpha1.Rollout{}
+	err := r.Client.Get(ctx, key, ro)
+	if rv, ok := r.seen.Load(key); err == nil && ok && rv != ro.ResourceVersion {
+		err = r.Live.Get(ctx, key, ro)
+	}
+	if apierrors.IsNotFound(err) {
+		r.seen.Delete(key)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return ro, nil
 }
 
 // scope carries one reconcile.
@@ -287,7 +317,7 @@ func (s *scope) handleRequests() {
 // ReasonTargetsMissing says a RolloutTarget the revision planned is gone from the hub.
 const ReasonTargetsMissing = "TargetsMissing"
 
-// loadTargets reads the rollout's targets from the cache (r.Client) or the API server (r.Hub).
+// loadTargets reads the rollout's targets from the cache (r.Client) or the API server (r.Live).
 func (s *scope) loadTargets(ctx context.Context, from client.Reader) error {
 	var list v1alpha1.RolloutTargetList
 	if err := from.List(ctx, &list, client.InNamespace(s.ro.Namespace), client.MatchingLabels{v1alpha1.LabelRollout: s.ro.Name}); err != nil {
@@ -313,7 +343,7 @@ func (s *scope) observeRevision(ctx context.Context) (unseen int, err error) {
 	if len(s.current()) >= want {
 		return 0, nil
 	}
-	if err := s.loadTargets(ctx, s.r.Hub); err != nil {
+	if err := s.loadTargets(ctx, s.r.Live); err != nil {
 		return 0, err
 	}
 	return max(want-len(s.current()), 0), nil
@@ -421,7 +451,7 @@ func (s *scope) updateTarget(ctx context.Context, cluster string, mutate func(*v
 		if apierrors.IsConflict(err) && attempt < 5 {
 			// Read from the API server: the cache may still hold the version that conflicted
 			// (this reconciler's own last write may not have reached it).
-			if err := s.r.Hub.Get(ctx, client.ObjectKeyFromObject(t), t); err != nil {
+			if err := s.r.Live.Get(ctx, client.ObjectKeyFromObject(t), t); err != nil {
 				return false, err
 			}
 			continue

@@ -74,7 +74,7 @@ func (r *Reconciler) startRevision(ctx context.Context, s *scope, rel, automatic
 	// revision before has not reached the cache would be planned from an older one (a cluster
 	// changed a moment ago taken for one left as it was, and not rolled back), and one not
 	// in the cache yet would be created again.
-	if err := s.loadTargets(ctx, r.Hub); err != nil {
+	if err := s.loadTargets(ctx, r.Live); err != nil {
 		return err
 	}
 	revision := ro.Status.Revision + 1
