@@ -107,7 +107,12 @@ func (r *Reconciler) get(ctx context.Context, key client.ObjectKey) (*v1alpha1.R
 	ro := &v1alpha1.Rollout{}
 	err := r.Client.Get(ctx, key, ro)
 	if rv, ok := r.seen.Load(key); err == nil && ok && rv != ro.ResourceVersion {
+		cached := ro.ResourceVersion
 		err = r.Live.Get(ctx, key, ro)
+		if err == nil && ro.ResourceVersion == rv {
+			ctrl.LoggerFrom(ctx).V(1).Info("the cache is behind this reconciler's last write of the Rollout: read from the API server",
+				"cachedVersion", cached, "version", rv)
+		}
 	}
 	if apierrors.IsNotFound(err) {
 		r.seen.Delete(key)
@@ -340,9 +345,12 @@ func (s *scope) loadTargets(ctx context.Context, from client.Reader) error {
 // write made before the revision was recorded. It returns how many are still not seen.
 func (s *scope) observeRevision(ctx context.Context) (unseen int, err error) {
 	want := int(s.ro.Status.Targets.Total)
-	if len(s.current()) >= want {
+	cached := len(s.current())
+	if cached >= want {
 		return 0, nil
 	}
+	ctrl.LoggerFrom(ctx).V(1).Info("the cache holds fewer targets at the revision than it planned: read from the API server",
+		"revision", s.ro.Status.Revision, "planned", want, "cached", cached)
 	if err := s.loadTargets(ctx, s.r.Live); err != nil {
 		return 0, err
 	}
