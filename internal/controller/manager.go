@@ -238,7 +238,7 @@ func setupReconcilers(mgr ctrl.Manager, o Options) error {
 	if err := (&operatorrelease.Reconciler{Client: hub, Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("rewind-operatorrelease")}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the OperatorRelease controller: %w", err)
 	}
-	ro := &rollout.Reconciler{Client: mgr.GetClient(), Hub: hub, Releases: releases, Recorder: mgr.GetEventRecorder("rewind-rollout")}
+	ro := &rollout.Reconciler{Client: mgr.GetClient(), Hub: hub, Live: mgr.GetAPIReader(), Releases: releases, Recorder: mgr.GetEventRecorder("rewind-rollout")}
 	if err := ro.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the Rollout controller: %w", err)
 	}

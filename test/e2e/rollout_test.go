@@ -328,6 +328,8 @@ func TestCrashAtEachStep(t *testing.T) {
 func TestApprovalPauseAndResume(t *testing.T) {
 	waves := waves2()
 	waves[1].RequireApproval = true
+	// Wave canary bakes: wave rest comes only after member1 checked its health at its end.
+	waves[0].BakeTime = &metav1.Duration{Duration: 3 * time.Second}
 	f := newFleet(t, waves)
 	// Paused from the start: nothing happens until it is resumed.
 	rewind(t, f.NS, "rollout", "pause", f.Name)
@@ -347,6 +349,12 @@ func TestApprovalPauseAndResume(t *testing.T) {
 		if phase != want {
 			t.Errorf("%s is %s while wave 2 waits for approval, want %s", cluster, phase, want)
 		}
+	}
+	// The bake passed on a check made at or after its end, not on the time alone (the last
+	// re-check can be up to one poll interval before it).
+	if tg := f.Target("member1"); tg.Spec.HealthyUntil == nil || tg.Status.HealthCheckedAt == nil || tg.Status.HealthCheckedAt.Before(tg.Spec.HealthyUntil) {
+		t.Errorf("wave rest was reached with member1 healthy until %v, last checked at %v: the bake needs a check at or after its end",
+			tg.Spec.HealthyUntil, tg.Status.HealthCheckedAt)
 	}
 	if out := rewind(t, f.NS, "rollout", "status", f.Name); !strings.Contains(out, "rewind rollout approve") {
 		t.Errorf("status must say how to approve:\n%s", out)

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -40,12 +41,19 @@ type Reconciler struct {
 	// (Secrets holding release manifests, Snapshots) straight from the API server.
 	Client client.Client
 	Hub    client.Client
+	// Live reads straight from the API server (the manager's API reader), for what must
+	// include this reconciler's own latest writes, which the cache may not hold yet.
+	Live client.Reader
 	// Releases caches releases' manifests.
 	Releases *release.Cache
 	// Recorder records Events on Rollouts.
 	Recorder events.EventRecorder
 	// Now is the clock.
 	Now func() time.Time
+
+	// seen holds, by Rollout, the resourceVersion this reconciler last read from the API
+	// server or wrote (see get).
+	seen sync.Map
 }
 
 func (r *Reconciler) now() time.Time {
@@ -63,16 +71,16 @@ func (r *Reconciler) now() time.Time {
 
 // Reconcile advances one Rollout. Its status is written once, at the end.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	ro := &v1alpha1.Rollout{}
-	if err := r.Client.Get(ctx, req.NamespacedName, ro); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+	ro, err := r.get(ctx, req.NamespacedName)
+	if ro == nil || err != nil {
+		return ctrl.Result{}, err
 	}
 	// The status is written once, at the end, with the resourceVersion read: a reconcile that
 	// read the Rollout before its own last status write reached the cache would otherwise write
 	// over it (it took a just-started revision for an interrupted one and started it again);
 	// such a conflict reconciles again from a fresh read. Events and metrics that tell what
 	// the status records are emitted once it went through.
-	s := &scope{r: r, ro: ro, helper: patch.NewHelper(ro, r.Client, patch.WithReader(r.Hub))}
+	s := &scope{r: r, ro: ro, helper: patch.NewHelper(ro, r.Client, patch.WithReader(r.Live))}
 	res, err := r.reconcile(ctx, s)
 	var terminal *stallError
 	var waiting *waitError
@@ -90,7 +98,37 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		s.clearStall()
 	}
 	s.helper.OnPatched(s.updatePhaseMetrics)
-	return s.helper.Done(ctx, s.ro, res, err)
+	res, err = s.helper.Done(ctx, s.ro, res, err)
+	// The version last read or written: a later read from a cache behind it goes to the API
+	// server (get).
+	r.seen.Store(req.NamespacedName, s.ro.ResourceVersion)
+	return res, err
+}
+
+// get reads a Rollout from the cache or, when the cache may be behind this reconciler's own
+// last status write (its version is not the one last written or read), from the API server.
+// A reconcile of the Rollout as it was before that write would do again what the last one
+// did (open a wave again, start a revision again, with their Events) before its status patch
+// met the conflict. A Rollout that is gone is nil.
+func (r *Reconciler) get(ctx context.Context, key client.ObjectKey) (*v1alpha1.Rollout, error) {
+	ro := &v1alpha1.Rollout{}
+	err := r.Client.Get(ctx, key, ro)
+	if rv, ok := r.seen.Load(key); err == nil && ok && rv != ro.ResourceVersion {
+		cached := ro.ResourceVersion
+		err = r.Live.Get(ctx, key, ro)
+		if err == nil && ro.ResourceVersion == rv {
+			ctrl.LoggerFrom(ctx).V(1).Info("the cache is behind this reconciler's last write of the Rollout: read from the API server",
+				"cachedVersion", cached, "version", rv)
+		}
+	}
+	if apierrors.IsNotFound(err) {
+		r.seen.Delete(key)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return ro, nil
 }
 
 // scope carries one reconcile.
@@ -140,7 +178,7 @@ func waitf(reason, format string, args ...any) error {
 func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, error) {
 	ro := s.ro
 	ro.Status.ObservedGeneration = ro.Generation
-	if err := s.loadTargets(ctx); err != nil {
+	if err := s.loadTargets(ctx, r.Client); err != nil {
 		return ctrl.Result{}, err
 	}
 	s.handleRequests()
@@ -172,8 +210,19 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 	if ro.Status.Revision == 0 {
 		return ctrl.Result{}, nil
 	}
+	unseen, err := s.observeRevision(ctx)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	if err := s.hold(ctx, ro.Spec.Paused); err != nil {
 		return ctrl.Result{}, err
+	}
+	if unseen > 0 {
+		// Every target of the revision was written before the revision was recorded, so the
+		// API server holds them all: one was deleted or rewritten by hand. The rollout cannot
+		// tell what its cluster did, and counts neither it nor its wave.
+		return ctrl.Result{}, stallf(ReasonTargetsMissing, "revision %d planned %d RolloutTargets, but the hub holds %d of them at that revision (one was deleted or changed by hand): no wave opens until each is back; start a new revision (a new spec.release) to plan every cluster again",
+			ro.Status.Revision, ro.Status.Targets.Total, int(ro.Status.Targets.Total)-unseen)
 	}
 	if ro.Spec.Paused {
 		s.setPhase(v1alpha1.RolloutPaused, v1alpha1.ReasonPaused, "spec.paused is true: no new step starts (rewind rollout resume)")
@@ -189,20 +238,34 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 		return r.restoreFailedClusters(ctx, s)
 	}
 	rollback := s.isRollback()
-	d := Decide(&ro.Spec, ro.Status.CurrentWave, s.approved, s.clusters(), rollback)
-	switch {
-	case len(d.Failed) > 0 && !rollback:
-		return r.onFailure(ctx, s, d.Failed)
-	case d.AllDone:
-		r.finish(s, rollback, d.Failed)
-		return ctrl.Result{}, nil
-	case d.NeedsApproval:
-		w := ro.Spec.Waves[ro.Status.CurrentWave]
-		s.setPhase(v1alpha1.RolloutWaitingForApproval, v1alpha1.ReasonAwaitingApproval,
-			fmt.Sprintf("wave %q waits for approval of revision %d: rewind rollout approve %s %s", w.Name, ro.Status.Revision, ro.Name, w.Name))
-		return ctrl.Result{}, nil
-	case d.GroupDone:
-		return r.bakeOrNextGroup(ctx, s, rollback)
+	var d Decision
+	for {
+		d = Decide(&ro.Spec, ro.Status.CurrentWave, s.approved, s.clusters(), int(ro.Status.Targets.Total), rollback)
+		switch {
+		case d.Unseen > 0:
+			// observeRevision saw them all: not reached (a guard for Decide's contract).
+			return ctrl.Result{}, fmt.Errorf("revision %d: %d of its targets are not seen", ro.Status.Revision, d.Unseen)
+		case len(d.Failed) > 0 && !rollback:
+			return r.onFailure(ctx, s, d.Failed)
+		case d.AllDone:
+			r.finish(s, rollback, d.Failed)
+			return ctrl.Result{}, nil
+		case d.NeedsApproval:
+			w := ro.Spec.Waves[ro.Status.CurrentWave]
+			s.setPhase(v1alpha1.RolloutWaitingForApproval, v1alpha1.ReasonAwaitingApproval,
+				fmt.Sprintf("wave %q waits for approval of revision %d: rewind rollout approve %s %s", w.Name, ro.Status.Revision, ro.Name, w.Name))
+			return ctrl.Result{}, nil
+		case d.GroupDone:
+			res, next, err := r.bakeOrNextGroup(ctx, s, rollback)
+			if err != nil || !next {
+				return res, err
+			}
+			// The next group is decided now, from this reconcile's view, which holds every
+			// write it made: a requeue would read the cache, maybe before the new wave
+			// reached it.
+			continue
+		}
+		break
 	}
 	phase, what := v1alpha1.RolloutProgressing, "rolling out"
 	if rollback {
@@ -220,8 +283,8 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 			return ctrl.Result{RequeueAfter: 30 * time.Second}, nil
 		}
 	}
-	err := eachTarget(ctx, d.Start, func(ctx context.Context, name string) error {
-		return s.updateTarget(ctx, name, func(t *v1alpha1.RolloutTarget) { t.Spec.Start = true })
+	err = eachTarget(ctx, d.Start, func(ctx context.Context, name string) error {
+		return s.startTarget(ctx, name, true)
 	})
 	return ctrl.Result{}, err
 }
@@ -266,10 +329,13 @@ func (s *scope) handleRequests() {
 	}
 }
 
-// loadTargets reads the rollout's targets.
-func (s *scope) loadTargets(ctx context.Context) error {
+// ReasonTargetsMissing says a RolloutTarget the revision planned is gone from the hub.
+const ReasonTargetsMissing = "TargetsMissing"
+
+// loadTargets reads the rollout's targets from the cache (r.Client) or the API server (r.Live).
+func (s *scope) loadTargets(ctx context.Context, from client.Reader) error {
 	var list v1alpha1.RolloutTargetList
-	if err := s.r.Client.List(ctx, &list, client.InNamespace(s.ro.Namespace), client.MatchingLabels{v1alpha1.LabelRollout: s.ro.Name}); err != nil {
+	if err := from.List(ctx, &list, client.InNamespace(s.ro.Namespace), client.MatchingLabels{v1alpha1.LabelRollout: s.ro.Name}); err != nil {
 		return fmt.Errorf("listing the rollout's targets: %w", err)
 	}
 	s.targets = map[string]*v1alpha1.RolloutTarget{}
@@ -280,6 +346,25 @@ func (s *scope) loadTargets(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// observeRevision makes sure the view holds every target the current revision planned
+// (status.targets.total of them) at that revision. The cache may not: a target's spec written
+// for the revision a moment ago may not have reached it, and a missing or stale target would
+// make its wave look done. Then the targets are read from the API server, which holds every
+// write made before the revision was recorded. It returns how many are still not seen.
+func (s *scope) observeRevision(ctx context.Context) (unseen int, err error) {
+	want := int(s.ro.Status.Targets.Total)
+	cached := len(s.current())
+	if cached >= want {
+		return 0, nil
+	}
+	ctrl.LoggerFrom(ctx).V(1).Info("the cache holds fewer targets at the revision than it planned: read from the API server",
+		"revision", s.ro.Status.Revision, "planned", want, "cached", cached)
+	if err := s.loadTargets(ctx, s.r.Live); err != nil {
+		return 0, err
+	}
+	return max(want-len(s.current()), 0), nil
 }
 
 // current returns the targets of the current revision, by cluster name.
@@ -302,11 +387,19 @@ func phaseOf(t *v1alpha1.RolloutTarget) string {
 	return t.Status.Phase
 }
 
+// clusters is what Decide needs of every target the view holds; a target not at the current
+// revision is Stale.
 func (s *scope) clusters() []Cluster {
-	var out []Cluster
-	for _, t := range s.current() {
-		out = append(out, Cluster{Name: t.Spec.Cluster, Wave: t.Spec.Wave, Phase: phaseOf(t), Started: t.Spec.Start})
+	out := make([]Cluster, 0, len(s.targets))
+	for _, t := range s.targets {
+		c := Cluster{Name: t.Spec.Cluster, Wave: t.Spec.Wave, Phase: phaseOf(t), Started: t.Spec.Start,
+			Stale: t.Spec.Revision != s.ro.Status.Revision, Bakes: t.Spec.Path != v1alpha1.PathNone}
+		if t.Status.Revision == t.Spec.Revision && t.Status.HealthCheckedAt != nil {
+			c.HealthCheckedAt = t.Status.HealthCheckedAt.Time
+		}
+		out = append(out, c)
 	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
 
@@ -359,30 +452,39 @@ func (s *scope) interruptedStart() (release, reason string, ok bool) {
 	return release, "", ok
 }
 
-// updateTarget changes a target's spec, retrying on conflicts.
-func (s *scope) updateTarget(ctx context.Context, cluster string, mutate func(*v1alpha1.RolloutTarget)) error {
+// updateTarget changes a target's spec, retrying on conflicts. It says whether the target
+// changed: a view behind the API server may ask for a change the target already has.
+func (s *scope) updateTarget(ctx context.Context, cluster string, mutate func(*v1alpha1.RolloutTarget)) (changed bool, err error) {
 	t := s.targets[cluster]
 	if t == nil {
-		return fmt.Errorf("no target for cluster %s", cluster)
+		return false, fmt.Errorf("no target for cluster %s", cluster)
 	}
 	for attempt := 0; ; attempt++ {
 		base := t.DeepCopy()
 		mutate(t)
 		if equality.Semantic.DeepEqual(base.Spec, t.Spec) {
-			return nil
+			return false, nil
 		}
 		err := s.r.Client.Patch(ctx, t, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
 		if apierrors.IsConflict(err) && attempt < 5 {
-			if err := s.r.Client.Get(ctx, client.ObjectKeyFromObject(t), t); err != nil {
-				return err
+			// Read from the API server: the cache may still hold the version that conflicted
+			// (this reconciler's own last write may not have reached it).
+			if err := s.r.Live.Get(ctx, client.ObjectKeyFromObject(t), t); err != nil {
+				return false, err
 			}
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("updating RolloutTarget %s: %w", t.Name, err)
+			return false, fmt.Errorf("updating RolloutTarget %s: %w", t.Name, err)
 		}
-		return nil
+		return true, nil
 	}
+}
+
+// startTarget sets a target's spec.start.
+func (s *scope) startTarget(ctx context.Context, cluster string, start bool) error {
+	_, err := s.updateTarget(ctx, cluster, func(t *v1alpha1.RolloutTarget) { t.Spec.Start = start })
+	return err
 }
 
 // hold closes (paused) or reopens the revision's targets in progress.
@@ -394,7 +496,7 @@ func (s *scope) hold(ctx context.Context, paused bool) error {
 		}
 	}
 	return eachTarget(ctx, clusters, func(ctx context.Context, cluster string) error {
-		return s.updateTarget(ctx, cluster, func(t *v1alpha1.RolloutTarget) { t.Spec.Start = !paused })
+		return s.startTarget(ctx, cluster, !paused)
 	})
 }
 

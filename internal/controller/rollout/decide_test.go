@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -21,6 +22,10 @@ func TestDecide(t *testing.T) {
 	started := func(name string, wave int32) Cluster {
 		return Cluster{Name: name, Wave: wave, Phase: v1alpha1.ClusterPending, Started: true}
 	}
+	// stale is a cluster the view holds at the revision before: Succeeded there.
+	stale := func(name string, wave int32) Cluster {
+		return Cluster{Name: name, Wave: wave, Phase: v1alpha1.ClusterSucceeded, Started: true, Stale: true}
+	}
 	approvedRest := func(w string) bool { return w == "rest" }
 	cases := []struct {
 		name string
@@ -30,6 +35,8 @@ func TestDecide(t *testing.T) {
 		approved func(string) bool
 		clusters []Cluster
 		rollback bool
+		// planned is how many targets the revision planned (0: as many as clusters are seen).
+		planned int
 		// want is the decision.
 		want Decision
 	}{
@@ -114,6 +121,58 @@ func TestDecide(t *testing.T) {
 			want:     Decision{Failed: []string{"m1"}, GroupDone: true},
 		},
 		{
+			name:     "a wave whose only cluster is not in the view yet is not done, and the next wave does not start",
+			spec:     twoWaves,
+			approved: approvedRest,
+			planned:  3,
+			clusters: []Cluster{c("m2", 1, v1alpha1.ClusterPending), c("m3", 1, v1alpha1.ClusterPending)},
+			want:     Decision{Unseen: 1},
+		},
+		{
+			name:     "a wave whose only cluster is still seen at the revision before is not done, and the next wave does not start",
+			spec:     twoWaves,
+			approved: approvedRest,
+			planned:  3,
+			clusters: []Cluster{stale("m1", 0), c("m2", 1, v1alpha1.ClusterPending), c("m3", 1, v1alpha1.ClusterPending)},
+			want:     Decision{Unseen: 1},
+		},
+		{
+			name:     "a wave with one cluster done and one not seen at the revision is not done",
+			spec:     v1alpha1.RolloutSpec{Waves: []v1alpha1.Wave{{Name: "canary", MaxConcurrency: 2}, {Name: "rest", MaxConcurrency: 1}}},
+			planned:  3,
+			clusters: []Cluster{c("m1", 0, v1alpha1.ClusterSucceeded), stale("m2", 0), c("m3", 1, v1alpha1.ClusterPending)},
+			want:     Decision{Unseen: 1},
+		},
+		{
+			name:     "nothing starts in a wave while one of its clusters is unseen: it may be running already",
+			spec:     v1alpha1.RolloutSpec{Waves: []v1alpha1.Wave{{Name: "all", MaxConcurrency: 1}}},
+			planned:  2,
+			clusters: []Cluster{c("m2", 0, v1alpha1.ClusterPending)},
+			want:     Decision{Unseen: 1},
+		},
+		{
+			name:     "a failure is not acted on while a cluster is unseen: the failure policy needs the whole revision",
+			spec:     twoWaves,
+			planned:  3,
+			clusters: []Cluster{c("m1", 0, v1alpha1.ClusterFailed), c("m2", 1, v1alpha1.ClusterPending)},
+			want:     Decision{Unseen: 1},
+		},
+		{
+			name:     "a rollback is not done while a cluster to restore is unseen",
+			spec:     twoWaves,
+			rollback: true,
+			planned:  2,
+			clusters: []Cluster{c("m1", 0, v1alpha1.ClusterRolledBack), stale("m2", 1)},
+			want:     Decision{Unseen: 1},
+		},
+		{
+			name:     "once every planned cluster is seen at the revision, the wave is decided as usual",
+			spec:     twoWaves,
+			planned:  3,
+			clusters: []Cluster{c("m1", 0, v1alpha1.ClusterSucceeded), c("m2", 1, v1alpha1.ClusterPending), c("m3", 1, v1alpha1.ClusterPending), stale("old", 1)},
+			want:     Decision{GroupDone: true},
+		},
+		{
 			name:     "past the last wave everything is done",
 			spec:     twoWaves,
 			group:    2,
@@ -123,9 +182,56 @@ func TestDecide(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Decide(&tc.spec, tc.group, tc.approved, tc.clusters, tc.rollback)
+			got := Decide(&tc.spec, tc.group, tc.approved, tc.clusters, tc.planned, tc.rollback)
 			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" {
 				t.Fatalf("decision (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestUnbaked(t *testing.T) {
+	end := time.Date(2026, 12, 1, 16, 0, 0, 0, time.UTC)
+	checked := func(name string, wave int32, at time.Time) Cluster {
+		return Cluster{Name: name, Wave: wave, Phase: v1alpha1.ClusterSucceeded, Started: true, Bakes: true, HealthCheckedAt: at}
+	}
+	cases := []struct {
+		name string
+		// group is the baked group, clusters the view.
+		group    []int32
+		clusters []Cluster
+		// want lists the clusters whose check at the bake's end is still to come.
+		want []string
+	}{
+		{
+			name:     "a check one poll before the end does not pass the bake",
+			group:    []int32{0},
+			clusters: []Cluster{checked("m1", 0, end.Add(-300*time.Millisecond)), checked("m2", 1, time.Time{})},
+			want:     []string{"m1"},
+		},
+		{
+			name:     "a cluster never checked has not passed the bake",
+			group:    []int32{0},
+			clusters: []Cluster{checked("m1", 0, end), checked("m3", 0, time.Time{})},
+			want:     []string{"m3"},
+		},
+		{
+			name:     "checks at and after the end pass it",
+			group:    []int32{0},
+			clusters: []Cluster{checked("m1", 0, end), checked("m3", 0, end.Add(time.Second))},
+		},
+		{
+			name:  "a cluster with nothing to do does not bake",
+			group: []int32{0},
+			clusters: []Cluster{checked("m1", 0, end),
+				{Name: "m2", Wave: 0, Phase: v1alpha1.ClusterSucceeded, Started: true}},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Unbaked(tc.group, end, tc.clusters)
+			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" {
+				t.Fatalf("unbaked (-want +got):\n%s", diff)
 			}
 		})
 	}

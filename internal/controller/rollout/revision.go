@@ -70,6 +70,13 @@ func (r *Reconciler) startRevision(ctx context.Context, s *scope, rel, automatic
 	if err != nil {
 		return err
 	}
+	// Planned from the targets on the API server, not in the cache: a target whose spec of the
+	// revision before has not reached the cache would be planned from an older one (a cluster
+	// changed a moment ago taken for one left as it was, and not rolled back), and one not
+	// in the cache yet would be created again.
+	if err := s.loadTargets(ctx, r.Live); err != nil {
+		return err
+	}
 	revision := ro.Status.Revision + 1
 	prev := map[string]Previous{}
 	for name, t := range s.targets {
@@ -181,7 +188,8 @@ func (r *Reconciler) writeTargets(ctx context.Context, s *scope, revision int32,
 			spec.Reason = p.Message
 		}
 		if t := s.targets[p.Cluster]; t != nil {
-			return s.updateTarget(ctx, p.Cluster, func(t *v1alpha1.RolloutTarget) { t.Spec = spec })
+			_, err := s.updateTarget(ctx, p.Cluster, func(t *v1alpha1.RolloutTarget) { t.Spec = spec })
+			return err
 		}
 		t := &v1alpha1.RolloutTarget{ObjectMeta: metav1.ObjectMeta{Namespace: ro.Namespace, Name: TargetName(ro.Name, p.Cluster),
 			Labels: map[string]string{v1alpha1.LabelRollout: ro.Name, v1alpha1.LabelCluster: p.Cluster}}, Spec: spec}

@@ -141,8 +141,11 @@ func (s *scope) clearStall() {
 }
 
 // bakeOrNextGroup waits the wave's bake time, its clusters re-checking their health
-// (spec.healthyUntil), then moves to the next group.
-func (r *Reconciler) bakeOrNextGroup(ctx context.Context, s *scope, rollback bool) (ctrl.Result, error) {
+// (spec.healthyUntil), then moves to the next group: next says the caller decides that group
+// now. The bake has passed only when every baked cluster checked its health at or after the
+// bake's end: the time alone says nothing of the health between a cluster's last check (up to
+// one poll interval before) and the end.
+func (r *Reconciler) bakeOrNextGroup(ctx context.Context, s *scope, rollback bool) (res ctrl.Result, next bool, err error) {
 	ro := s.ro
 	groups := Groups(&ro.Spec, rollback)
 	group := groups[ro.Status.CurrentWave]
@@ -152,31 +155,41 @@ func (r *Reconciler) bakeOrNextGroup(ctx context.Context, s *scope, rollback boo
 		if w.BakeTime != nil && w.BakeTime.Duration > 0 {
 			now := r.now()
 			if ro.Status.BakeStartedAt == nil {
-				t := metav1.NewTime(now)
+				// Rounded up to the second, as status times are stored: the bake the targets
+				// are given (and the one a later reconcile reads back) is never shorter, and
+				// never ends later than the one this reconcile checks against.
+				t := metav1.NewTime(now.Truncate(time.Second).Add(time.Second))
 				ro.Status.BakeStartedAt = &t
 			}
 			until := metav1.NewTime(ro.Status.BakeStartedAt.Add(w.BakeTime.Duration))
 			var baking []string
-			for _, t := range s.current() {
-				if t.Spec.Wave == group[0] && t.Spec.Path != v1alpha1.PathNone && phaseOf(t) == v1alpha1.ClusterSucceeded {
-					baking = append(baking, t.Spec.Cluster)
+			for _, c := range s.clusters() {
+				if !c.Stale && c.Wave == group[0] && c.Bakes && c.Phase == v1alpha1.ClusterSucceeded {
+					baking = append(baking, c.Name)
 				}
 			}
 			err := eachTarget(ctx, baking, func(ctx context.Context, cluster string) error {
-				return s.updateTarget(ctx, cluster, func(t *v1alpha1.RolloutTarget) { t.Spec.HealthyUntil = &until })
+				_, err := s.updateTarget(ctx, cluster, func(t *v1alpha1.RolloutTarget) { t.Spec.HealthyUntil = &until })
+				return err
 			})
 			if err != nil {
-				return ctrl.Result{}, err
+				return ctrl.Result{}, false, err
 			}
 			if left := until.Sub(now); left > 0 {
 				s.setPhase(v1alpha1.RolloutBaking, v1alpha1.ReasonBaking, fmt.Sprintf("wave %q baking, %s left", w.Name, left.Round(time.Second)))
-				return ctrl.Result{RequeueAfter: left}, nil
+				return ctrl.Result{RequeueAfter: left}, false, nil
+			}
+			if waiting := Unbaked(group, until.Time, s.clusters()); len(waiting) > 0 {
+				// Each target writes its last check in its status, which wakes this reconciler.
+				s.setPhase(v1alpha1.RolloutBaking, v1alpha1.ReasonBaking, fmt.Sprintf("wave %q baked; waiting for the health check at its end on %s",
+					w.Name, strings.Join(waiting, ", ")))
+				return ctrl.Result{}, false, nil
 			}
 		}
 	}
 	ro.Status.BakeStartedAt = nil
 	ro.Status.CurrentWave++
-	return ctrl.Result{RequeueAfter: time.Millisecond}, nil
+	return ctrl.Result{}, true, nil
 }
 
 // observeWave records how long a group took, once.
@@ -326,12 +339,17 @@ func (r *Reconciler) restoreFailedClusters(ctx context.Context, s *scope) (ctrl.
 		}
 		why := fmt.Sprintf("cluster %s failed at %s: %s", t.Spec.Cluster, t.Status.Step, t.Status.Message)
 		snap := t.Status.Snapshot
-		err := s.updateTarget(ctx, t.Spec.Cluster, func(t *v1alpha1.RolloutTarget) {
+		changed, err := s.updateTarget(ctx, t.Spec.Cluster, func(t *v1alpha1.RolloutTarget) {
 			t.Spec.Path, t.Spec.FromRelease, t.Spec.ToRelease, t.Spec.Snapshot = v1alpha1.PathRestore, ro.Status.CurrentRelease, ro.Status.PreviousRelease, snap
 			t.Spec.Start, t.Spec.Reason, t.Spec.HealthyUntil = true, why+"; restoring it to "+ro.Status.PreviousRelease, nil
 		})
 		if err != nil {
 			return ctrl.Result{}, err
+		}
+		if !changed {
+			// A view behind the API server still showed the cluster failed: its restore was
+			// asked for already, and counted and told once.
+			continue
 		}
 		metrics.Rollbacks.WithLabelValues(ro.Namespace, ro.Name, "FailedClusterRestore").Inc()
 		s.eventNow("Warning", "ClusterRollback", "%s; restoring it to %s", why, ro.Status.PreviousRelease) // the target's write records it

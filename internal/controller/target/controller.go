@@ -359,21 +359,21 @@ func (r *Reconciler) fail(x *execution, msg string) {
 	x.event("Warning", "ClusterFailed", "%s: %s", t.Spec.Cluster, msg)
 }
 
-// bake re-checks a Succeeded target's health while its wave bakes (spec.healthyUntil); a
-// health lost meanwhile fails it.
+// bake re-checks a Succeeded target's health while its wave bakes (spec.healthyUntil), and a
+// last time at or after its end: the Rollout opens the next wave only on that check
+// (status.healthCheckedAt >= spec.healthyUntil). A health lost meanwhile fails it.
 func (r *Reconciler) bake(ctx context.Context, x *execution) (ctrl.Result, error) {
 	t, st := x.t, &x.t.Status
 	if st.Phase != v1alpha1.ClusterSucceeded || t.Spec.Path == v1alpha1.PathNone || t.Spec.HealthyUntil == nil {
 		return ctrl.Result{}, nil
 	}
 	now := r.now()
-	if !now.Before(t.Spec.HealthyUntil.Time) {
-		return ctrl.Result{}, nil
-	}
+	var last time.Time
 	if st.HealthCheckedAt != nil {
-		if wait := st.HealthCheckedAt.Add(r.gatePoll()).Sub(now); wait > 0 {
-			return ctrl.Result{RequeueAfter: wait}, nil
-		}
+		last = st.HealthCheckedAt.Time
+	}
+	if check, wait := nextBakeCheck(now, last, t.Spec.HealthyUntil.Time, r.gatePoll()); !check {
+		return ctrl.Result{RequeueAfter: wait}, nil
 	}
 	cl, err := r.Members.Get(ctx, t.Spec.Cluster)
 	if err != nil {
@@ -397,7 +397,8 @@ func (r *Reconciler) bake(ctx context.Context, x *execution) (ctrl.Result, error
 		r.fail(x, "health lost during bake: "+res.Summary())
 		return ctrl.Result{}, nil
 	}
-	return ctrl.Result{RequeueAfter: min(r.gatePoll(), t.Spec.HealthyUntil.Sub(now))}, nil
+	_, wait := nextBakeCheck(now, now, t.Spec.HealthyUntil.Time, r.gatePoll())
+	return ctrl.Result{RequeueAfter: wait}, nil
 }
 
 // execution carries one reconcile of a target.
