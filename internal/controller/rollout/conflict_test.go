@@ -68,7 +68,7 @@ func TestRevisionStartedOnceAfterAStatusConflict(t *testing.T) {
 		t.Fatal(err)
 	}
 	recorder := events.NewFakeRecorder(100)
-	r := &Reconciler{Client: c, Hub: c, Releases: &release.Cache{}, Recorder: recorder,
+	r := &Reconciler{Client: c, Hub: c, Live: c, Releases: &release.Cache{}, Recorder: recorder,
 		Now: func() time.Time { return time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC) }}
 	started := metrics.Transitions.WithLabelValues("RevisionStarted")
 	before := testutil.ToFloat64(started)
