@@ -83,6 +83,9 @@ func New(name string, cfg *rest.Config) (*Cluster, error) {
 			cfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(qps, burst)
 		}
 	}
+	// Every request rides out a blip on its own (retryTransport), under the client-side rate
+	// limit and client-go's own retries of Retry-After answers and of GETs.
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &retryTransport{next: rt, cluster: name} })
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("member %s: %w", name, err)

@@ -65,6 +65,11 @@ var (
 	FaultRetries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rewind_fault_retries_total", Help: "Faults (reset or refused connections, timeouts, 429s, 5xx, API server restarts) a per-cluster step met and retried in place, by step.",
 	}, []string{"namespace", "rollout", "cluster", "step"})
+	// MemberRequestRetries counts requests to members sent again after a fault, by reason
+	// (connection, or the status code answered).
+	MemberRequestRetries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rewind_member_request_retries_total", Help: "Requests to a member cluster sent again after a fault (a reset or refused connection, a timeout, a 429 or 5xx answer), by reason.",
+	}, []string{"cluster", "reason"})
 	// MemberProbeFailures is the consecutive failed health probes of each member (0 while it
 	// answers).
 	MemberProbeFailures = prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -74,5 +79,5 @@ var (
 
 func init() {
 	metrics.Registry.MustRegister(RolloutDuration, WaveDuration, StepDuration, ClusterDuration, GateFailures, Restores, Rollbacks,
-		SnapshotBytes, SnapshotFailures, Transitions, RolloutPhase, RolloutStalled, FaultRetries, MemberProbeFailures)
+		SnapshotBytes, SnapshotFailures, Transitions, RolloutPhase, RolloutStalled, FaultRetries, MemberProbeFailures, MemberRequestRetries)
 }

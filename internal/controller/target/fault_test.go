@@ -2,17 +2,20 @@ package target
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/member"
+	"github.com/rewind-dev/rewind/internal/metrics"
 )
 
 // A fault is retried with backoff and never counted as an attempt; only a member the probe
@@ -23,12 +26,13 @@ func TestFaultsAreRetriedUntilTheProbeSaysUnreachable(t *testing.T) {
 	_ = v1alpha1.AddToScheme(scheme)
 	mc := &v1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: "member1"},
 		Spec: v1alpha1.MemberClusterSpec{UnreachableTimeout: &metav1.Duration{Duration: time.Minute}}}
-	hub := fake.NewClientBuilder().WithScheme(scheme).WithObjects(mc).Build()
+	hub := fake.NewClientBuilder().WithScheme(scheme).WithObjects(mc).WithStatusSubresource(&v1alpha1.RolloutTarget{}).Build()
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
 	reset := errors.New("read: connection reset by peer") // untyped: a failed attempt
 	typedReset := apierrors.NewServiceUnavailable("the API server is shutting down")
 
+	i := 0
 	for _, tc := range []struct {
 		// name says what happens.
 		name string
@@ -45,6 +49,7 @@ func TestFaultsAreRetriedUntilTheProbeSaysUnreachable(t *testing.T) {
 		{"unreachable past the timeout, no policy (Hold): waits", "", 2 * time.Minute, v1alpha1.ClusterUpgrading, v1alpha1.ReasonMemberUnreachable},
 		{"unreachable past the timeout, policy Fail: fails", v1alpha1.UnreachablePolicyFail, 2 * time.Minute, v1alpha1.ClusterFailed, ""},
 	} {
+		i++
 		t.Run(tc.name, func(t *testing.T) {
 			probes := &member.Prober{Now: func() time.Time { return now.Add(-tc.probeFailsFor) }, FailureThreshold: 3}
 			if tc.probeFailsFor > 0 {
@@ -55,12 +60,27 @@ func TestFaultsAreRetriedUntilTheProbeSaysUnreachable(t *testing.T) {
 				probes.Record("member1", nil)
 			}
 			r := &Reconciler{Client: hub, Probes: probes, Now: clock}
-			x := r.newExecution(&v1alpha1.RolloutTarget{
-				ObjectMeta: metav1.ObjectMeta{Name: "t", Namespace: "ns"},
+			rt := &v1alpha1.RolloutTarget{
+				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("t%d", i), Namespace: "ns"},
 				Spec:       v1alpha1.RolloutTargetSpec{Cluster: "member1", Rollout: "ro", UnreachablePolicy: tc.policy},
-				Status:     v1alpha1.RolloutTargetStatus{Phase: v1alpha1.ClusterUpgrading, Step: StepApplyWorkloads},
-			})
+			}
+			if err := hub.Create(t.Context(), rt); err != nil {
+				t.Fatal(err)
+			}
+			rt.Status = v1alpha1.RolloutTargetStatus{Phase: v1alpha1.ClusterUpgrading, Step: StepApplyWorkloads}
+			if err := hub.Status().Update(t.Context(), rt); err != nil {
+				t.Fatal(err)
+			}
+			x := r.newExecution(rt)
+			retries := metrics.FaultRetries.WithLabelValues("ns", "ro", "member1", StepApplyWorkloads)
+			before := testutil.ToFloat64(retries)
 			res := r.fault(t.Context(), x, typedReset)
+			if err := x.patch(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if got := testutil.ToFloat64(retries) - before; got != 1 {
+				t.Errorf("the fault is counted in rewind_fault_retries_total once its status is written: %v", got)
+			}
 			st := x.t.Status
 			if st.Phase != tc.wantPhase || st.WaitingFor != tc.wantWaiting {
 				t.Fatalf("phase %s, waiting for %q (%s); want %s, %q", st.Phase, st.WaitingFor, st.Message, tc.wantPhase, tc.wantWaiting)
