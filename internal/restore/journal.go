@@ -4,12 +4,34 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
+
+// MemoryJournal keeps the journal in memory.
+type MemoryJournal struct {
+	mu    sync.Mutex
+	Steps []string
+}
+
+// Completed returns the completed steps.
+func (j *MemoryJournal) Completed(context.Context) ([]string, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return append([]string(nil), j.Steps...), nil
+}
+
+// Complete records a completed step.
+func (j *MemoryJournal) Complete(_ context.Context, step string) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.Steps = append(j.Steps, step)
+	return nil
+}
 
 // ConfigMapJournal keeps a restore's journal in a ConfigMap of the member cluster
 // (rewind-system/restore.<id>), so that `rewind snapshot restore` run again after a crash
