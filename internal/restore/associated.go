@@ -2,7 +2,9 @@ package restore
 
 import (
 	"context"
+	"fmt"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -14,16 +16,19 @@ import (
 type associatedStep struct{}
 
 func (associatedStep) run(ctx context.Context, r *restorer) error {
-	r.ensureUIDs(ctx)
+	if err := r.ensureUIDs(ctx); err != nil {
+		return err
+	}
 	return r.restoreSection(ctx, snapshot.SectionAssociated)
 }
 
 // ensureUIDs fills the snapshot-to-live UID map for CRs when the CR step ran in an earlier
 // (interrupted) run; when it ran in this one, the map is complete already. Only names and
-// UIDs are read: metadata-only lists, not held.
-func (r *restorer) ensureUIDs(ctx context.Context) {
+// UIDs are read: metadata-only lists, not held. A kind that is not served leaves the owners
+// of its CRs to be looked up by name (desiredFrom); any other failed read is returned.
+func (r *restorer) ensureUIDs(ctx context.Context) error {
 	if r.crUIDsKnown {
-		return
+		return nil
 	}
 	for gk, gvr := range r.crdGVR {
 		snapUIDs := map[string][]types.UID{}
@@ -35,12 +40,15 @@ func (r *restorer) ensureUIDs(ctx context.Context) {
 		if len(snapUIDs) == 0 {
 			continue
 		}
-		// An error (the kind is not served) leaves the owners to be looked up by name.
-		_, _ = r.eachMeta(ctx, gvr, func(m *metav1.PartialObjectMetadata) bool {
+		_, err := r.eachMeta(ctx, gvr, func(m *metav1.PartialObjectMetadata) error {
 			for _, uid := range snapUIDs[m.Namespace+"/"+m.Name] {
 				r.setUID(uid, m.UID)
 			}
-			return true
+			return nil
 		})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("reading the UIDs of the live %s: %w", gk, err)
+		}
 	}
+	return nil
 }

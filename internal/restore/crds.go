@@ -55,21 +55,31 @@ func (crdsStep) run(ctx context.Context, r *restorer) error {
 	return nil
 }
 
+// restoreCRD brings one CRD back to snap. Each part is idempotent, so that the step run
+// again after it was cut anywhere ends as if it had run once: the storage version already
+// switched is waited for again (cheap), the migration rewrites every object again (a no-op
+// for those already stored at the version), and the trim and the definition are written as
+// they are wanted.
 func (r *restorer) restoreCRD(ctx context.Context, snap *unstructured.Unstructured) error {
 	ri := r.dyn.Resource(crdGVR)
-	live, err := ri.Get(ctx, snap.GetName(), metav1.GetOptions{})
+	live, err := r.get(ctx, ri, snap.GetName())
 	if apierrors.IsNotFound(err) {
 		c := snap.DeepCopy()
 		c.SetUID("")
+		c.SetResourceVersion("")
 		delete(c.Object, "status")
-		if _, err := ri.Create(ctx, c, metav1.CreateOptions{}); err != nil {
+		err := r.try(ctx, func() error {
+			_, err := ri.Create(ctx, c, metav1.CreateOptions{})
 			return err
+		})
+		if err != nil && !apierrors.IsAlreadyExists(err) { // AlreadyExists: an earlier try's answer was lost
+			return fmt.Errorf("creating it: %w", err)
 		}
 		r.rep.count(snap.GroupVersionKind(), outCreated)
 		return r.waitEstablished(ctx, snap.GetName())
 	}
 	if err != nil {
-		return err
+		return fmt.Errorf("reading it: %w", err)
 	}
 	if crdEqual(snap, live) {
 		r.rep.count(snap.GroupVersionKind(), outUnchanged)
@@ -85,69 +95,55 @@ func (r *restorer) restoreCRD(ctx context.Context, snap *unstructured.Unstructur
 	if snapshot.StorageVersion(live) != want || !reflect.DeepEqual(liveStored, wantStored) {
 		// 1. The snapshot's storage version stores again; newer versions stay served.
 		if snapshot.StorageVersion(live) != want {
-			versions, _, _ := unstructured.NestedSlice(live.Object, "spec", "versions")
-			found := false
-			for _, v := range versions {
-				m := v.(map[string]any)
-				m["storage"] = m["name"] == want
-				if m["name"] == want {
-					m["served"] = true
-					found = true
-				}
-			}
-			if !found {
-				for _, v := range mustSlice(snap, "spec", "versions") {
+			err := r.updateCRD(ctx, snap.GetName(), false, func(cur *unstructured.Unstructured) {
+				versions, _, _ := unstructured.NestedSlice(cur.Object, "spec", "versions")
+				found := false
+				for _, v := range versions {
 					m := v.(map[string]any)
+					m["storage"] = m["name"] == want
 					if m["name"] == want {
-						c := deepCopyMap(m)
-						c["storage"], c["served"] = true, true
-						versions = append(versions, c)
+						m["served"] = true
+						found = true
 					}
 				}
-			}
-			_ = unstructured.SetNestedSlice(live.Object, versions, "spec", "versions")
-			if live, err = ri.Update(ctx, live, metav1.UpdateOptions{}); err != nil {
+				if !found {
+					for _, v := range mustSlice(snap, "spec", "versions") {
+						m := v.(map[string]any)
+						if m["name"] == want {
+							c := deepCopyMap(m)
+							c["storage"], c["served"] = true, true
+							versions = append(versions, c)
+						}
+					}
+				}
+				_ = unstructured.SetNestedSlice(cur.Object, versions, "spec", "versions")
+			})
+			if err != nil {
 				return fmt.Errorf("making %s the storage version again: %w", want, err)
 			}
-			if err := r.waitStorageVersion(ctx, group, want, plural, kind); err != nil {
-				return err
-			}
+		}
+		if err := r.waitStorageVersion(ctx, group, want, plural, kind); err != nil {
+			return err
 		}
 		// 2. Storage migration: read and write back every CR so it is stored at `want`.
-		if err := r.migrate(ctx, schema.GroupVersionResource{Group: group, Version: want, Resource: plural}); err != nil {
+		if err := r.migrate(ctx, schema.GroupVersionResource{Group: group, Version: want, Resource: plural}, schema.GroupVersionKind{Group: group, Version: want, Kind: kind}); err != nil {
 			return err
 		}
 		// 3. Trim status.storedVersions to the snapshot's.
-		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-			cur, err := ri.Get(ctx, snap.GetName(), metav1.GetOptions{})
-			if err != nil {
-				return false, err
-			}
+		err := r.updateCRD(ctx, snap.GetName(), true, func(cur *unstructured.Unstructured) {
 			_ = unstructured.SetNestedStringSlice(cur.Object, wantStored, "status", "storedVersions")
-			_, err = ri.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
-			if apierrors.IsConflict(err) {
-				return false, nil
-			}
-			return err == nil, err
-		}); err != nil {
+		})
+		if err != nil {
 			return fmt.Errorf("trimming status.storedVersions to %v: %w", wantStored, err)
 		}
 	}
 	// 4. The snapshot's definition, exactly.
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		cur, err := ri.Get(ctx, snap.GetName(), metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
+	err = r.updateCRD(ctx, snap.GetName(), false, func(cur *unstructured.Unstructured) {
 		w := snap.DeepCopy()
 		w.SetUID(cur.GetUID())
 		w.SetResourceVersion(cur.GetResourceVersion())
 		w.Object["status"] = cur.Object["status"]
-		_, err = ri.Update(ctx, w, metav1.UpdateOptions{})
-		if apierrors.IsConflict(err) {
-			return false, nil
-		}
-		return err == nil, err
+		cur.Object = w.Object
 	})
 	if err != nil {
 		return fmt.Errorf("applying the snapshot's definition: %w", err)
@@ -155,6 +151,31 @@ func (r *restorer) restoreCRD(ctx context.Context, snap *unstructured.Unstructur
 	r.rep.count(snap.GroupVersionKind(), outRestored)
 	r.cl.ResetMapper()
 	return r.waitEstablished(ctx, snap.GetName())
+}
+
+// updateCRD reads a CRD, changes it with change and writes it back (its status subresource
+// when status is set), riding out faults, and again from a fresh read on a conflict.
+func (r *restorer) updateCRD(ctx context.Context, name string, status bool, change func(cur *unstructured.Unstructured)) error {
+	ri := r.dyn.Resource(crdGVR)
+	for attempt := 0; attempt <= maxConflicts; attempt++ {
+		cur, err := r.get(ctx, ri, name)
+		if err != nil {
+			return err
+		}
+		change(cur)
+		err = r.try(ctx, func() error {
+			if status {
+				_, err := ri.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+				return err
+			}
+			_, err := ri.Update(ctx, cur, metav1.UpdateOptions{})
+			return err
+		})
+		if !apierrors.IsConflict(err) {
+			return err
+		}
+	}
+	return fmt.Errorf("CRD %s kept changing while it was restored", name)
 }
 
 func mustSlice(u *unstructured.Unstructured, fields ...string) []any {
@@ -173,14 +194,16 @@ func storageVersionHash(group, version, kind string) string {
 }
 
 // waitStorageVersion waits until discovery publishes version as the storage version of the
-// resource, i.e. the API server writes new objects at it.
+// resource, i.e. the API server writes new objects at it. Discovery is asked again while it
+// fails (a group version not served yet, a fault) until the wait ends.
 func (r *restorer) waitStorageVersion(ctx context.Context, group, version, plural, kind string) error {
 	want := storageVersionHash(group, version, kind)
 	dc := r.cl.LiveDiscovery()
 	var last string
+	var lastErr error
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		list, err := dc.ServerResourcesForGroupVersion(group + "/" + version)
-		if err != nil {
+		if lastErr = err; err != nil {
 			return false, nil
 		}
 		for _, res := range list.APIResources {
@@ -192,7 +215,10 @@ func (r *restorer) waitStorageVersion(ctx context.Context, group, version, plura
 		return false, nil
 	})
 	if err != nil {
-		return fmt.Errorf("the API server did not switch the storage version of %s to %s (hash %s, want %s)", plural, version, last, want)
+		if lastErr != nil {
+			return fmt.Errorf("the API server did not switch the storage version of %s to %s: discovery: %w", plural, version, lastErr)
+		}
+		return fmt.Errorf("the API server did not switch the storage version of %s to %s (hash %s, want %s): %w", plural, version, last, want, err)
 	}
 	return nil
 }

@@ -66,19 +66,25 @@ func (r *restorer) levels(entries []*entry) [][]*entry {
 }
 
 // restoreEntries restores a set of entries whose owners are already restored. The live
-// objects of each kind are paged through (one LIST per kind) and compared with their entries
-// as they arrive: an object that already equals its entry is counted as unchanged and
-// dropped, so that only the objects to write are held. Then the writes run in parallel.
+// objects of each kind are paged through (one LIST per kind, or per namespace) and compared
+// with their entries as they arrive: an object that already equals its entry is counted as
+// unchanged and dropped; one that differs is kept, as its JSON, until a working set of them
+// is held (Options.WorkingSet), and then they are written, in parallel, before more are
+// read. Entries with no live object are created at the end. Run again after it was cut half
+// way, it finds what it wrote equal and writes the rest.
 func (r *restorer) restoreEntries(ctx context.Context, entries []*entry) error {
 	type item struct {
-		e    *entry
-		live *unstructured.Unstructured
-		// unchanged says live equals e already; uid is then its live UID.
+		e *entry
+		// unchanged says the live object equals e already; uid is then its live UID.
 		unchanged bool
 		uid       types.UID
+		// seen says the live object was found; written says it was handed to a write (a
+		// page read again after a fault hands its objects again).
+		seen, written bool
 	}
 	items := make([]item, len(entries))
 	byKey := map[schema.GroupVersionResource]map[string][]int{}
+	kindOf := map[schema.GroupVersionResource]schema.GroupVersionKind{}
 	var kinds []schema.GroupVersionResource
 	for i, e := range entries {
 		gvr, namespaced, err := r.gvrFor(e.gvk)
@@ -93,69 +99,85 @@ func (r *restorer) restoreEntries(ctx context.Context, entries []*entry) error {
 		items[i].e = e
 		if byKey[gvr] == nil {
 			byKey[gvr] = map[string][]int{}
+			kindOf[gvr] = e.gvk
 			kinds = append(kinds, gvr)
 		}
 		byKey[gvr][key] = append(byKey[gvr][key], i)
 	}
-	for _, gvr := range kinds {
-		keys := byKey[gvr]
-		var decodeErr error
-		_, err := r.eachLiveIn(ctx, gvr, namespacesOf(keys), func(l *unstructured.Unstructured) bool {
-			idx := keys[nsName(l)]
-			if len(idx) == 0 {
-				return true
-			}
-			// A copy of the item, not a pointer into the page: holding one object must not
-			// hold its whole page.
-			var kept *unstructured.Unstructured
-			for _, i := range idx {
-				snap, err := items[i].e.object()
-				if err != nil {
-					decodeErr = err
-					return false
-				}
-				if r.unchanged(snap, l) {
-					items[i].unchanged, items[i].uid = true, l.GetUID()
-					continue
-				}
-				if kept == nil {
-					kept = &unstructured.Unstructured{Object: l.Object}
-				}
-				items[i].live = kept
-			}
-			return true
-		})
-		if decodeErr != nil {
-			return decodeErr
-		}
-		if err != nil {
-			return fmt.Errorf("listing %s: %w", gvr.GroupResource(), err)
-		}
-	}
-	var writes []int
-	for i := range items {
-		if items[i].unchanged {
-			r.setUID(items[i].e.uid, items[i].uid)
-			r.rep.count(items[i].e.gvk, outUnchanged)
-			continue
-		}
-		writes = append(writes, i)
-	}
-	return r.forEach(ctx, len(writes), func(i int) error {
-		it := items[writes[i]]
+	// write makes the live object of items[i] (nil: none) equal its entry.
+	write := func(ctx context.Context, i int, live *unstructured.Unstructured) error {
+		it := items[i]
 		desired, err := r.desiredFrom(ctx, it.e)
 		if err != nil {
 			return err
 		}
-		hasStatus := !IsBuiltin(it.e.gvk)
-		out, uid, err := r.put(ctx, desired, it.live, hasStatus)
+		out, uid, err := r.put(ctx, desired, live, !IsBuiltin(it.e.gvk))
 		if err != nil {
 			return err
 		}
 		r.setUID(it.e.uid, uid)
 		r.rep.count(it.e.gvk, out)
 		return nil
+	}
+	type differs struct {
+		i    int
+		live liveItem
+	}
+	b := newBatch(r, func(ctx context.Context, ds []differs) error {
+		return r.forEach(ctx, len(ds), func(k int) error {
+			live, err := ds[k].live.object()
+			if err != nil {
+				return err
+			}
+			return write(ctx, ds[k].i, live)
+		})
 	})
+	var err error
+	for _, gvr := range kinds {
+		keys := byKey[gvr]
+		_, err = r.eachLiveIn(ctx, gvr, kindOf[gvr], namespacesOf(keys), func(l liveItem) error {
+			live, err := l.object()
+			if err != nil {
+				return err
+			}
+			for _, i := range keys[nsName(live)] {
+				if items[i].written {
+					continue
+				}
+				items[i].seen = true
+				snap, err := items[i].e.object()
+				if err != nil {
+					return err
+				}
+				if r.unchanged(snap, live) {
+					items[i].unchanged, items[i].uid = true, live.GetUID()
+					continue
+				}
+				items[i].unchanged, items[i].written = false, true
+				if err := b.add(ctx, differs{i: i, live: l}, int64(len(l.raw))); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			break
+		}
+	}
+	if err := b.done(ctx, err); err != nil {
+		return err
+	}
+	var missing []int
+	for i := range items {
+		switch {
+		case items[i].unchanged:
+			r.setUID(items[i].e.uid, items[i].uid)
+			r.rep.count(items[i].e.gvk, outUnchanged)
+		case !items[i].seen:
+			missing = append(missing, i)
+		}
+	}
+	return r.forEach(ctx, len(missing), func(k int) error { return write(ctx, missing[k], nil) })
 }
 
 // unchanged says whether live already equals the object desiredFrom would make of snap, as
@@ -205,13 +227,13 @@ func (r *restorer) desiredFrom(ctx context.Context, e *entry) (*unstructured.Uns
 		if err != nil {
 			return nil, err
 		}
-		live, err := ri.Get(ctx, ref.Name, metav1.GetOptions{})
+		live, err := r.get(ctx, ri, ref.Name)
 		if apierrors.IsNotFound(err) {
 			r.rep.note(&r.rep.Notes, fmt.Sprintf("%s: owner %s %s no longer exists; its ownerReference was dropped so the garbage collector keeps the object", keyOf(u), ref.Kind, ref.Name))
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("reading %s %s, the owner of %s: %w", ref.Kind, ref.Name, keyOf(u), err)
 		}
 		r.setUID(ref.UID, live.GetUID())
 		ref.UID = live.GetUID()

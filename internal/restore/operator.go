@@ -2,9 +2,9 @@ package restore
 
 import (
 	"context"
+	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -15,6 +15,7 @@ var (
 	crdGVR        = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 	deploymentGVR = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
 	serviceGVR    = schema.GroupVersionResource{Version: "v1", Resource: "services"}
+	namespaceGVR  = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
 )
 
 func isWebhookConfig(gvk schema.GroupVersionKind) bool {
@@ -74,12 +75,12 @@ func (r *restorer) conversionServers(ctx context.Context) (map[string]bool, erro
 		if e.section != snapshot.SectionCRD {
 			continue
 		}
-		live, err := r.dyn.Resource(crdGVR).Get(ctx, e.name, metav1.GetOptions{})
+		live, err := r.get(ctx, r.dyn.Resource(crdGVR), e.name)
 		if apierrors.IsNotFound(err) {
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("reading CRD %s: %w", e.name, err)
 		}
 		strategy, _, _ := unstructured.NestedString(live.Object, "spec", "conversion", "strategy")
 		if strategy != "Webhook" {
@@ -90,20 +91,34 @@ func (r *restorer) conversionServers(ctx context.Context) (map[string]bool, erro
 		if svcName == "" {
 			continue
 		}
-		svc, err := r.dyn.Resource(serviceGVR).Namespace(svcNS).Get(ctx, svcName, metav1.GetOptions{})
-		if err != nil {
+		// Only a Service that is not there is taken for "no server": a read that fails is
+		// returned, or the server would be scaled down and the migration could never
+		// convert an object.
+		svc, err := r.get(ctx, r.dyn.Resource(serviceGVR).Namespace(svcNS), svcName)
+		if apierrors.IsNotFound(err) {
+			r.rep.note(&r.rep.Notes, fmt.Sprintf("CRD %s converts through Service %s/%s, which does not exist", e.name, svcNS, svcName))
 			continue
 		}
+		if err != nil {
+			return nil, fmt.Errorf("reading Service %s/%s, the conversion webhook of CRD %s: %w", svcNS, svcName, e.name, err)
+		}
 		sel, _, _ := unstructured.NestedStringMap(svc.Object, "spec", "selector")
-		deps, err := r.dyn.Resource(deploymentGVR).Namespace(svcNS).List(ctx, metav1.ListOptions{})
+		if len(sel) == 0 {
+			continue
+		}
+		err = r.eachLive(ctx, listing{gvr: deploymentGVR, gvk: deploymentGVR.GroupVersion().WithKind("Deployment"), namespace: svcNS}, func(it liveItem) error {
+			d, err := it.object()
+			if err != nil {
+				return err
+			}
+			labels, _, _ := unstructured.NestedStringMap(d.Object, "spec", "template", "metadata", "labels")
+			if matches(sel, labels) {
+				out[nsName(d)] = true
+			}
+			return nil
+		})
 		if err != nil {
 			return nil, err
-		}
-		for _, d := range deps.Items {
-			labels, _, _ := unstructured.NestedStringMap(d.Object, "spec", "template", "metadata", "labels")
-			if len(sel) > 0 && matches(sel, labels) {
-				out[nsName(&d)] = true
-			}
 		}
 	}
 	return out, nil

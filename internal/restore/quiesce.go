@@ -26,7 +26,8 @@ func (quiesceStep) run(ctx context.Context, r *restorer) error {
 			if err != nil {
 				return err
 			}
-			if err := ri.Delete(ctx, u.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			err = r.try(ctx, func() error { return ri.Delete(ctx, u.GetName(), metav1.DeleteOptions{}) })
+			if err != nil && !apierrors.IsNotFound(err) {
 				return fmt.Errorf("neutralizing webhook %s: %w", u.GetName(), err)
 			}
 			continue
@@ -42,9 +43,13 @@ func (quiesceStep) run(ctx context.Context, r *restorer) error {
 	return nil
 }
 
+// scaleToZero scales a Deployment to 0 replicas (one that is not there needs nothing).
 func (r *restorer) scaleToZero(ctx context.Context, ns, name string) error {
 	patch := []byte(`{"spec":{"replicas":0}}`)
-	_, err := r.dyn.Resource(deploymentGVR).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	err := r.try(ctx, func() error {
+		_, err := r.dyn.Resource(deploymentGVR).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("scaling Deployment %s/%s to 0: %w", ns, name, err)
 	}

@@ -46,6 +46,10 @@ const (
 // Steps lists the steps in order.
 var Steps = []string{StepQuiesce, StepCRDs, StepCRs, StepAssociated, StepCreatedSince, StepResume}
 
+// DefaultWorkingSet is Options.WorkingSet's default: 256 KiB of live objects' JSON, a few
+// hundred custom resources of a usual size, held while they are rewritten.
+const DefaultWorkingSet = 256 << 10
+
 // ErrStopped is returned when Options.StopAfter stopped the restore (a test failure point).
 var ErrStopped = errors.New("restore stopped on request")
 
@@ -80,6 +84,16 @@ type Options struct {
 	StopAfter string
 	// Parallelism bounds concurrent writes (default 16).
 	Parallelism int
+	// WorkingSet bounds the live objects the restore holds at once, counted as the bytes of
+	// their JSON, beyond the snapshot's own content (default DefaultWorkingSet). Every step
+	// pages through live objects (LIST with limit and continue) and writes what it read
+	// before it reads more once it holds this much: the storage migration, which rewrites
+	// every custom resource of a kind, and the comparisons of each kind with the snapshot,
+	// which keep the objects to write. Besides it, a restore holds the snapshot (as its
+	// JSON), the objects being written (at most Parallelism, decoded), and names and UIDs:
+	// the report's lists, and the snapshot-to-live UID map. A caller that budgets memory for
+	// restores (the controller's --restore-memory) counts the snapshot's bytes plus this.
+	WorkingSet int64
 	// OwnedKinds are searched for children created since the snapshot (default
 	// snapshot.DefaultOwnedKinds).
 	OwnedKinds []schema.GroupVersionResource
@@ -120,6 +134,9 @@ func Run(ctx context.Context, cl *member.Cluster, o Options) (*Report, error) {
 	start := time.Now()
 	if o.Parallelism <= 0 {
 		o.Parallelism = 16
+	}
+	if o.WorkingSet <= 0 {
+		o.WorkingSet = DefaultWorkingSet
 	}
 	if o.Journal == nil {
 		o.Journal = &MemoryJournal{}
@@ -197,6 +214,13 @@ func Run(ctx context.Context, cl *member.Cluster, o Options) (*Report, error) {
 	for _, name := range Steps {
 		if completed[name] {
 			r.rep.Steps = append(r.rep.Steps, StepReport{Name: name, Skipped: true})
+			// Its report went with the run that did it: rebuilt, reading only, where a step
+			// can (what was kept since the snapshot).
+			if rs, ok := steps[name].(reporter); ok {
+				if err := rs.report(ctx, r); err != nil {
+					return r.rep, fmt.Errorf("restore step %s (done): %w", name, err)
+				}
+			}
 			continue
 		}
 		t0 := time.Now()

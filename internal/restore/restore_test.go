@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -385,10 +386,15 @@ func TestRestore(t *testing.T) {
 			if _, err := run(t, h, entries, j, step); !errors.Is(err, restore.ErrStopped) {
 				t.Fatalf("want the restore stopped after %s, got %v", step, err)
 			}
-			if _, err := run(t, h, entries, j, ""); err != nil {
+			resumed, err := run(t, h, entries, j, "")
+			if err != nil {
 				t.Fatal(err)
 			}
 			assertRestored(t, entries)
+			// What was created since the snapshot is reported whichever run did the step.
+			if kept := fmt.Sprintf("MySQLCluster.database.example.com users/new-since-%d", 1+len(step)); !slices.Contains(resumed.Kept, kept) {
+				t.Errorf("the resumed restore reports kept %q, want %s among them", resumed.Kept, kept)
+			}
 			// The same final state as an uninterrupted run: a fresh restore changes nothing.
 			rep, err := run(t, h, entries, nil, "")
 			if err != nil {
@@ -396,6 +402,79 @@ func TestRestore(t *testing.T) {
 			}
 			if !rep.NoOp {
 				t.Fatalf("after a resumed restore a new restore must be a no-op, got %+v", rep.Totals())
+			}
+		})
+	}
+
+	// A fleet's members sit behind load balancers and restart their API servers: requests
+	// are reset, answers are lost after the server did the work, LIST pages break off half
+	// way, and reads meet a busy server. The restore rides it out in place.
+	t.Run("rides out faults", func(t *testing.T) {
+		mutate(t, 300)
+		write := func(methods ...string) func(*http.Request) bool {
+			return func(r *http.Request) bool { return slices.Contains(methods, r.Method) }
+		}
+		paged := func(r *http.Request) bool {
+			return r.Method == http.MethodGet && r.URL.Query().Has("limit") && !metadataOnly(r)
+		}
+		otherRead := func(r *http.Request) bool { return r.Method == http.MethodGet && !paged(r) }
+		cl, injected := faultyMember(t, env.Members[0],
+			injectFault{match: write(http.MethodPost, http.MethodDelete, http.MethodPatch), hit: everyNth(3), reset: true},
+			injectFault{match: write(http.MethodPut), hit: everyNth(6), lost: true},
+			injectFault{match: paged, hit: everyNth(3), cut: 1500},
+			injectFault{match: otherRead, hit: everyNth(9), status: http.StatusInternalServerError},
+		)
+		if _, err := restore.Run(t.Context(), cl, restore.Options{Header: h, Entries: snapshot.RawEntriesOf(entries), Current: manifests()}); err != nil {
+			t.Fatalf("after %d injected faults: %v", injected.count(), err)
+		}
+		if injected.count() < 10 {
+			t.Fatalf("only %d faults injected: the test no longer exercises what it should", injected.count())
+		}
+		t.Logf("%d faults injected", injected.count())
+		assertRestored(t, entries)
+		if rep, err := run(t, h, entries, nil, ""); err != nil || !rep.NoOp {
+			t.Fatalf("after the restore a new one must be a no-op: %v, %+v", err, rep.Totals())
+		}
+	})
+
+	// A step that fails half way (its writes refused from some point on, as when a member
+	// goes away) is run again from its start by the next run, which ends exactly restored.
+	for _, cut := range []struct {
+		step string
+		// match selects the writes that fail after the first n of them.
+		match func(*http.Request) bool
+		n     int
+	}{
+		{restore.StepCRDs, request(http.MethodPut, under("/apis/database.example.com/v1alpha1/namespaces/")), 8},
+		{restore.StepCRs, func(r *http.Request) bool {
+			return (r.Method == http.MethodPut || r.Method == http.MethodPost) && strings.HasPrefix(r.URL.Path, "/apis/database.example.com/")
+		}, 1},
+		{restore.StepAssociated, func(r *http.Request) bool {
+			return (r.Method == http.MethodPut || r.Method == http.MethodPost) && strings.HasPrefix(r.URL.Path, "/api/v1/namespaces/")
+		}, 2},
+	} {
+		t.Run("a step cut half way resumes: "+cut.step, func(t *testing.T) {
+			mutate(t, 400+len(cut.step))
+			j := &restore.MemoryJournal{}
+			if i := slices.Index(restore.Steps, cut.step); i > 0 {
+				if _, err := run(t, h, entries, j, restore.Steps[i-1]); !errors.Is(err, restore.ErrStopped) {
+					t.Fatalf("want the restore stopped before %s, got %v", cut.step, err)
+				}
+			}
+			cl, injected := faultyMember(t, env.Members[0], injectFault{match: cut.match, hit: after(cut.n)})
+			_, err := restore.Run(t.Context(), cl, restore.Options{Header: h, Entries: snapshot.RawEntriesOf(entries), Current: manifests(), Journal: j})
+			if err == nil || injected.count() == 0 {
+				t.Fatalf("the writes of %s were cut (%d faults), yet the restore returned %v", cut.step, injected.count(), err)
+			}
+			if slices.Contains(j.Steps, cut.step) {
+				t.Fatalf("journal %v: %s failed and must not be on record", j.Steps, cut.step)
+			}
+			if _, err := run(t, h, entries, j, ""); err != nil {
+				t.Fatal(err)
+			}
+			assertRestored(t, entries)
+			if rep, err := run(t, h, entries, nil, ""); err != nil || !rep.NoOp {
+				t.Fatalf("after the resumed restore a new one must be a no-op: %v, %+v", err, rep.Totals())
 			}
 		})
 	}
