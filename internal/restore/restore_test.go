@@ -72,10 +72,13 @@ func dyn(t *testing.T) dynamic.Interface {
 	return d
 }
 
-// setup installs the release (CRD + operator Deployment) and 30 MySQLClusters with children.
+// setup installs the release (CRD + operator Deployment) and 30 MySQLClusters with children,
+// and removes them all when the test ends: the package's tests share one member, and each
+// starts from a member without the fixture (go test -count=2 runs the test again on it).
 func setup(t *testing.T) {
 	t.Helper()
 	ctx := t.Context()
+	t.Cleanup(func() { removeFixture(t) })
 	if _, err := apply.Objects(ctx, testenv.Member(t, env.Members[0]), manifests(), apply.Options{Namespace: "mysql-system"}); err != nil {
 		t.Fatal(err)
 	}
@@ -84,6 +87,49 @@ func setup(t *testing.T) {
 	}
 	// db-00000 was last applied with kubectl: the restore brings its record of that back too.
 	setLastApplied(t, "orders", "db-00000", lastApplied(0))
+}
+
+// removeFixture deletes what setup and the subtests created (the namespaces with everything
+// in them, the CRD with its custom resources, the operator Deployment) and waits until it is
+// gone: a namespace still terminating refuses new objects.
+func removeFixture(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	d := dyn(t)
+	nsGVR := schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+	var gone []func() error
+	del := func(ri dynamic.ResourceInterface, name string) {
+		if err := ri.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("removing the fixture: deleting %s: %v", name, err)
+		}
+		gone = append(gone, func() error {
+			_, err := ri.Get(ctx, name, metav1.GetOptions{})
+			if err == nil {
+				return fmt.Errorf("%s is still there", name)
+			}
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return err
+		})
+	}
+	for _, ns := range namespaces {
+		del(d.Resource(nsGVR), ns)
+	}
+	del(d.Resource(crdGVR), "mysqlclusters.database.example.com")
+	del(d.Resource(deployGVR).Namespace("mysql-system"), "mysql-operator")
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
+		for _, f := range gone {
+			if last = f(); last != nil {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Errorf("removing the fixture: %v (%v)", err, last)
+	}
 }
 
 const annLastApplied = "kubectl.kubernetes.io/last-applied-configuration"
