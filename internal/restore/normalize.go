@@ -1,7 +1,3 @@
-// Package restore brings a member cluster back to a snapshot: a plan of idempotent steps
-// (quiesce, CRDs, custom resources, associated resources, objects created since, resume),
-// journaled so that a crashed restore resumes where it stopped. Every object is fully
-// replaced from the snapshot, never merged.
 package restore
 
 import (

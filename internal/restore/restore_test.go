@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -71,10 +72,13 @@ func dyn(t *testing.T) dynamic.Interface {
 	return d
 }
 
-// setup installs the release (CRD + operator Deployment) and 30 MySQLClusters with children.
+// setup installs the release (CRD + operator Deployment) and 30 MySQLClusters with children,
+// and removes them all when the test ends: the package's tests share one member, and each
+// starts from a member without the fixture (go test -count=2 runs the test again on it).
 func setup(t *testing.T) {
 	t.Helper()
 	ctx := t.Context()
+	t.Cleanup(func() { removeFixture(t) })
 	if _, err := apply.Objects(ctx, testenv.Member(t, env.Members[0]), manifests(), apply.Options{Namespace: "mysql-system"}); err != nil {
 		t.Fatal(err)
 	}
@@ -83,6 +87,49 @@ func setup(t *testing.T) {
 	}
 	// db-00000 was last applied with kubectl: the restore brings its record of that back too.
 	setLastApplied(t, "orders", "db-00000", lastApplied(0))
+}
+
+// removeFixture deletes what setup and the subtests created (the namespaces with everything
+// in them, the CRD with its custom resources, the operator Deployment) and waits until it is
+// gone: a namespace still terminating refuses new objects.
+func removeFixture(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	d := dyn(t)
+	nsGVR := schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+	var gone []func() error
+	del := func(ri dynamic.ResourceInterface, name string) {
+		if err := ri.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("removing the fixture: deleting %s: %v", name, err)
+		}
+		gone = append(gone, func() error {
+			_, err := ri.Get(ctx, name, metav1.GetOptions{})
+			if err == nil {
+				return fmt.Errorf("%s is still there", name)
+			}
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return err
+		})
+	}
+	for _, ns := range namespaces {
+		del(d.Resource(nsGVR), ns)
+	}
+	del(d.Resource(crdGVR), "mysqlclusters.database.example.com")
+	del(d.Resource(deployGVR).Namespace("mysql-system"), "mysql-operator")
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
+		for _, f := range gone {
+			if last = f(); last != nil {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Errorf("removing the fixture: %v (%v)", err, last)
+	}
 }
 
 const annLastApplied = "kubectl.kubernetes.io/last-applied-configuration"
@@ -385,10 +432,15 @@ func TestRestore(t *testing.T) {
 			if _, err := run(t, h, entries, j, step); !errors.Is(err, restore.ErrStopped) {
 				t.Fatalf("want the restore stopped after %s, got %v", step, err)
 			}
-			if _, err := run(t, h, entries, j, ""); err != nil {
+			resumed, err := run(t, h, entries, j, "")
+			if err != nil {
 				t.Fatal(err)
 			}
 			assertRestored(t, entries)
+			// What was created since the snapshot is reported whichever run did the step.
+			if kept := fmt.Sprintf("MySQLCluster.database.example.com users/new-since-%d", 1+len(step)); !slices.Contains(resumed.Kept, kept) {
+				t.Errorf("the resumed restore reports kept %q, want %s among them", resumed.Kept, kept)
+			}
 			// The same final state as an uninterrupted run: a fresh restore changes nothing.
 			rep, err := run(t, h, entries, nil, "")
 			if err != nil {
@@ -396,6 +448,79 @@ func TestRestore(t *testing.T) {
 			}
 			if !rep.NoOp {
 				t.Fatalf("after a resumed restore a new restore must be a no-op, got %+v", rep.Totals())
+			}
+		})
+	}
+
+	// A fleet's members sit behind load balancers and restart their API servers: requests
+	// are reset, answers are lost after the server did the work, LIST pages break off half
+	// way, and reads meet a busy server. The restore rides it out in place.
+	t.Run("rides out faults", func(t *testing.T) {
+		mutate(t, 300)
+		write := func(methods ...string) func(*http.Request) bool {
+			return func(r *http.Request) bool { return slices.Contains(methods, r.Method) }
+		}
+		paged := func(r *http.Request) bool {
+			return r.Method == http.MethodGet && r.URL.Query().Has("limit") && !metadataOnly(r)
+		}
+		otherRead := func(r *http.Request) bool { return r.Method == http.MethodGet && !paged(r) }
+		cl, injected := faultyMember(t, env.Members[0],
+			injectFault{match: write(http.MethodPost, http.MethodDelete, http.MethodPatch), hit: everyNth(3), reset: true},
+			injectFault{match: write(http.MethodPut), hit: everyNth(6), lost: true},
+			injectFault{match: paged, hit: everyNth(3), cut: 1500},
+			injectFault{match: otherRead, hit: everyNth(9), status: http.StatusInternalServerError},
+		)
+		if _, err := restore.Run(t.Context(), cl, restore.Options{Header: h, Entries: snapshot.RawEntriesOf(entries), Current: manifests()}); err != nil {
+			t.Fatalf("after %d injected faults: %v", injected.count(), err)
+		}
+		if injected.count() < 10 {
+			t.Fatalf("only %d faults injected: the test no longer exercises what it should", injected.count())
+		}
+		t.Logf("%d faults injected", injected.count())
+		assertRestored(t, entries)
+		if rep, err := run(t, h, entries, nil, ""); err != nil || !rep.NoOp {
+			t.Fatalf("after the restore a new one must be a no-op: %v, %+v", err, rep.Totals())
+		}
+	})
+
+	// A step that fails half way (its writes refused from some point on, as when a member
+	// goes away) is run again from its start by the next run, which ends exactly restored.
+	for _, cut := range []struct {
+		step string
+		// match selects the writes that fail after the first n of them.
+		match func(*http.Request) bool
+		n     int
+	}{
+		{restore.StepCRDs, request(http.MethodPut, under("/apis/database.example.com/v1alpha1/namespaces/")), 8},
+		{restore.StepCRs, func(r *http.Request) bool {
+			return (r.Method == http.MethodPut || r.Method == http.MethodPost) && strings.HasPrefix(r.URL.Path, "/apis/database.example.com/")
+		}, 1},
+		{restore.StepAssociated, func(r *http.Request) bool {
+			return (r.Method == http.MethodPut || r.Method == http.MethodPost) && strings.HasPrefix(r.URL.Path, "/api/v1/namespaces/")
+		}, 2},
+	} {
+		t.Run("a step cut half way resumes: "+cut.step, func(t *testing.T) {
+			mutate(t, 400+len(cut.step))
+			j := &restore.MemoryJournal{}
+			if i := slices.Index(restore.Steps, cut.step); i > 0 {
+				if _, err := run(t, h, entries, j, restore.Steps[i-1]); !errors.Is(err, restore.ErrStopped) {
+					t.Fatalf("want the restore stopped before %s, got %v", cut.step, err)
+				}
+			}
+			cl, injected := faultyMember(t, env.Members[0], injectFault{match: cut.match, hit: after(cut.n)})
+			_, err := restore.Run(t.Context(), cl, restore.Options{Header: h, Entries: snapshot.RawEntriesOf(entries), Current: manifests(), Journal: j})
+			if err == nil || injected.count() == 0 {
+				t.Fatalf("the writes of %s were cut (%d faults), yet the restore returned %v", cut.step, injected.count(), err)
+			}
+			if slices.Contains(j.Steps, cut.step) {
+				t.Fatalf("journal %v: %s failed and must not be on record", j.Steps, cut.step)
+			}
+			if _, err := run(t, h, entries, j, ""); err != nil {
+				t.Fatal(err)
+			}
+			assertRestored(t, entries)
+			if rep, err := run(t, h, entries, nil, ""); err != nil || !rep.NoOp {
+				t.Fatalf("after the resumed restore a new one must be a no-op: %v, %+v", err, rep.Totals())
 			}
 		})
 	}

@@ -1,0 +1,118 @@
+package target
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/fault"
+	"github.com/rewind-dev/rewind/internal/member"
+	"github.com/rewind-dev/rewind/internal/release"
+)
+
+// failingGets fails the reads of objects of one type (a ConfigMap, an OperatorRelease) with
+// err; other reads go through.
+type failingGets struct {
+	client.Client
+	fails func(client.Object) bool
+	err   error
+}
+
+func (f failingGets) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if f.fails(obj) {
+		return f.err
+	}
+	return f.Client.Get(ctx, key, obj, opts...)
+}
+
+// A restore quiesces the operator of the releases installed now (the one the member's record
+// names, the one the rollback comes from): a failed read of the record or of a release is
+// returned (a fault: the step is tried again), never taken for "no release", which left the
+// newer release's Deployments and webhooks live during the restore. Only a release that is
+// gone from the hub is left out, and a Warning Event says so.
+func TestRestoreReadsTheReleasesInstalledNow(t *testing.T) {
+	hubScheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(hubScheme)
+	_ = v1alpha1.AddToScheme(hubScheme)
+	snap := &v1alpha1.Snapshot{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "snap"}, Status: v1alpha1.SnapshotStatus{Bytes: 1000}}
+	record := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: member.RecordNamespace, Name: member.RecordName("op")},
+		Data:       map[string]string{"operator": "op", "release": "op-v3"},
+	}
+	busy := apierrors.NewServiceUnavailable("the API server is restarting")
+	isRecord := func(o client.Object) bool { _, ok := o.(*corev1.ConfigMap); return ok }
+	isRelease := func(o client.Object) bool { _, ok := o.(*v1alpha1.OperatorRelease); return ok }
+	never := func(client.Object) bool { return false }
+	gone := func(o client.Object) bool { return isRelease(o) }
+	for _, tc := range []struct {
+		name string
+		// memberFails and hubFails say which reads fail, with err.
+		memberFails, hubFails func(client.Object) bool
+		err                   error
+		// transient says the step must return err as a fault; otherwise it goes on (and
+		// fails further on, as this test has no snapshot store) and event is said.
+		transient bool
+		event     string
+	}{
+		{"the record cannot be read", isRecord, never, busy, true, ""},
+		{"a release cannot be read", never, isRelease, busy, true, ""},
+		{"the releases are gone", never, gone, apierrors.NewNotFound(schema.GroupResource{Group: v1alpha1.GroupVersion.Group, Resource: "operatorreleases"}, "op-v3"), false,
+			"RestoreWithoutRelease member1: release op-v3 (the member's installed-version record names it) is no longer on the hub; release op-v2 (the rollback comes from it) is no longer on the hub"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hub := failingGets{Client: fake.NewClientBuilder().WithScheme(hubScheme).WithObjects(snap.DeepCopy()).Build(), fails: tc.hubFails, err: tc.err}
+			mem := failingGets{Client: fake.NewClientBuilder().WithScheme(member.Scheme).WithObjects(record.DeepCopy()).Build(), fails: tc.memberFails, err: tc.err}
+			rec := events.NewFakeRecorder(10)
+			x := &execution{
+				r: &Reconciler{Client: hub, Hub: hub, Releases: &release.Cache{}, Recorder: rec},
+				t: &v1alpha1.RolloutTarget{
+					ObjectMeta: metav1.ObjectMeta{Name: "t", Namespace: "ns"},
+					Spec: v1alpha1.RolloutTargetSpec{Cluster: "member1", Snapshot: "snap", SnapshotStore: "store", Operator: "op",
+						ToRelease: "op-v1", FromRelease: "op-v2", Path: v1alpha1.PathRestore},
+				},
+				cl: &member.Cluster{Name: "member1", Client: mem},
+			}
+			_, err := restoreSnapshot{}.run(t.Context(), x)
+			if err == nil {
+				t.Fatal("want an error")
+			}
+			if tc.transient {
+				if !fault.IsTransient(err) || isTerminal(err) {
+					t.Errorf("the failed read must be returned as a fault, to be tried again: %v (terminal %t)", err, isTerminal(err))
+				}
+				return
+			}
+			// It went on to open the snapshot (which this test cannot), and said what it left out.
+			if !strings.Contains(err.Error(), "snapshot snap") {
+				t.Errorf("want the restore gone on to its snapshot, got %v", err)
+			}
+			var got []string
+			for len(rec.Events) > 0 {
+				got = append(got, <-rec.Events)
+			}
+			if !slicesContainsSubstring(got, tc.event) {
+				t.Errorf("events %q: want one containing %q", got, tc.event)
+			}
+		})
+	}
+}
+
+func slicesContainsSubstring(list []string, s string) bool {
+	for _, l := range list {
+		if strings.Contains(l, s) {
+			return true
+		}
+	}
+	return false
+}
