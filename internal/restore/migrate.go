@@ -21,7 +21,12 @@ import (
 // even write it to etcd). An object deleted meanwhile needs nothing; one changed meanwhile
 // (a conflict) is read again and rewritten all the same.
 func (r *restorer) migrate(ctx context.Context, gvr schema.GroupVersionResource, gvk schema.GroupVersionKind) error {
+	first := true
 	b := newBatch(r, func(ctx context.Context, items []liveItem) error {
+		if first && r.o.At != nil {
+			first = false
+			r.o.At("migrate " + gvr.GroupResource().String())
+		}
 		return r.forEach(ctx, len(items), func(i int) error { return r.rewrite(ctx, gvr, items[i]) })
 	})
 	err := r.eachLive(ctx, listing{

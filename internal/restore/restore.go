@@ -82,6 +82,9 @@ type Options struct {
 	Journal Journal
 	// StopAfter stops the restore with ErrStopped once this step is complete (tests).
 	StopAfter string
+	// At, when set, is called at points of the restore a test acts at ("migrate <resource>":
+	// a storage migration's first page is read and about to be written).
+	At func(point string)
 	// Parallelism bounds concurrent writes (default 16).
 	Parallelism int
 	// WorkingSet bounds the live objects the restore holds at once, counted as the bytes of

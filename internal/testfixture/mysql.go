@@ -203,3 +203,29 @@ func createOne(ctx context.Context, dyn dynamic.Interface, ns, name string, i in
 	}
 	return nil
 }
+
+// Touch writes every MySQLCluster in namespace ns again with a label (rewind.dev/touched), so
+// that the API server stores each at the CRD's current storage version.
+func Touch(ctx context.Context, cfg *rest.Config, ns string) error {
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	list, err := dyn.Resource(MySQLGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for i := range list.Items {
+		u := &list.Items[i]
+		labels := u.GetLabels()
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		labels["rewind.dev/touched"] = "true"
+		u.SetLabels(labels)
+		if _, err := dyn.Resource(MySQLGVR).Namespace(ns).Update(ctx, u, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -24,6 +24,7 @@ import (
 	"github.com/rewind-dev/rewind/internal/controller/target"
 	"github.com/rewind-dev/rewind/internal/testbed"
 	"github.com/rewind-dev/rewind/internal/testbed/testenv"
+	"github.com/rewind-dev/rewind/internal/testfixture"
 	"github.com/rewind-dev/rewind/test/fleet"
 )
 
@@ -65,9 +66,12 @@ func inject(t *testing.T, f testbed.Faults) (stop func()) {
 	return stop
 }
 
-// faultRetries is how many faults the fleet's steps met and retried so far.
+// faultRetries is how many faults rewind rode out so far: requests to the members sent again
+// (the package's tests run one at a time, so they are this test's) and steps of the fleet run
+// again.
 func faultRetries(t *testing.T, f *fleet.Fleet) float64 {
-	return fleet.Metric(t, "rewind_fault_retries_total", map[string]string{"namespace": f.NS})
+	return fleet.Metric(t, "rewind_member_request_retries_total", nil) +
+		fleet.Metric(t, "rewind_fault_retries_total", map[string]string{"namespace": f.NS})
 }
 
 // assertNoFailure checks that nothing failed: no failed release held, no automatic rollback,
@@ -130,12 +134,12 @@ func TestUpgradeUnderResets(t *testing.T) {
 		t.Fatalf("no fault was injected during the upgrade: the test proves nothing (%s)", injected)
 	}
 	if faultRetries(t, f) == retried {
-		t.Errorf("no step met a fault: the test proves nothing")
+		t.Errorf("rewind met no fault: the test proves nothing")
 	}
 	assertNoFailure(t, f)
 	assertRuns(t, f, "mysql-b")
 	for m, snap := range f.SnapshotsOf(ro.Status.Revision) {
-		f.AssertEqualsSnapshot(suite.Member(t, m), snap) // the upgrade leaves the custom resources as they were
+		f.AssertStateUnchangedSince(suite.Member(t, m), snap)
 	}
 }
 
@@ -153,7 +157,7 @@ func TestRollbackUnderResets(t *testing.T) {
 	stop()
 	t.Logf("faults injected: %s; fault retries: %.0f", suite.Env.FaultCounts(), faultRetries(t, f)-retried)
 	if faultRetries(t, f) == retried {
-		t.Errorf("no step met a fault: the test proves nothing")
+		t.Errorf("rewind met no fault: the test proves nothing")
 	}
 	if ro.Status.Targets.RolledBack != 3 || ro.Status.Targets.Failed != 0 {
 		t.Errorf("every cluster must be restored, none failed: %+v", ro.Status.Targets)
@@ -244,9 +248,43 @@ func TestAPIServerRestartedDuringAStep(t *testing.T) {
 			assertNoFailure(t, f)
 			assertRuns(t, f, "mysql-b")
 			for m, snap := range f.SnapshotsOf(ro.Status.Revision) {
-				f.AssertEqualsSnapshot(suite.Member(t, m), snap)
+				f.AssertStateUnchangedSince(suite.Member(t, m), snap)
 			}
 		})
+	}
+}
+
+// A member's kube-apiserver restarted in the middle of a rollback's storage migration (the
+// release rolled back from stores MySQLClusters at v1beta1; the snapshot's CRD at v1alpha1):
+// the restore resumes when the API server is back, and every member is exactly its snapshot,
+// CRDs (storage version, storedVersions) included.
+func TestAPIServerRestartedDuringTheStorageMigration(t *testing.T) {
+	f := suite.New(t, allAtOnce())
+	if err := testfixture.CreateReleaseWithCRD(t.Context(), suite.Hub(t), t.TempDir(), f.NS, "mysql-c", "3.0.0", fleet.Healthy, testfixture.MySQLCRDv1beta1YAML); err != nil {
+		t.Fatal(err)
+	}
+	stopManager := suite.StartManager(t, f.NS, controller.Options{})
+	f.WaitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	f.Populate()
+	f.SetRelease("mysql-c", nil)
+	ro := f.WaitPhase("mysql-c", v1alpha1.RolloutSucceeded, 3*time.Minute)
+	snaps := f.SnapshotsOf(ro.Status.Revision)
+	// Every custom resource is written again under the new release: stored at v1beta1.
+	for _, m := range suite.Env.Members {
+		if err := testfixture.Touch(t.Context(), m.RESTConfig(), f.CRNS); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stopManager()
+	suite.StartManager(t, f.NS, controller.Options{CrashAt: restartAt(t, "member2", "Restore: migrate mysqlclusters.database.example.com")})
+	suite.Rewind(t, f.NS, "rollback", f.Name)
+	ro = f.WaitPhase("mysql-a", v1alpha1.RolloutRolledBack, 5*time.Minute)
+	if ro.Status.Targets.RolledBack != 3 || ro.Status.Targets.Failed != 0 {
+		t.Errorf("every cluster must be restored, none failed: %+v", ro.Status.Targets)
+	}
+	assertRuns(t, f, "mysql-a")
+	for _, m := range suite.Env.Members {
+		f.AssertEqualsSnapshot(m, snaps[m.Name])
 	}
 }
 

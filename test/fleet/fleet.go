@@ -394,10 +394,29 @@ func (f *Fleet) SnapshotEntries(name string) []snapshot.Entry {
 // object, and that the snapshot holds custom resources (else the comparison proves nothing).
 func (f *Fleet) AssertEqualsSnapshot(m *testbed.Cluster, snap string) {
 	f.T.Helper()
+	f.assertEquals(m, snap, func(*unstructured.Unstructured) bool { return true })
+}
+
+// AssertStateUnchangedSince checks that the operator's state on a member, every custom
+// resource and every object the snapshot holds outside the operator's install namespace (what
+// the custom resources own), equals the snapshot taken before an upgrade: a release changes
+// its own objects (CRDs, the operator's Deployment and RBAC), never that state.
+func (f *Fleet) AssertStateUnchangedSince(m *testbed.Cluster, snap string) {
+	f.T.Helper()
+	f.assertEquals(m, snap, func(u *unstructured.Unstructured) bool {
+		return u.GetNamespace() != "" && u.GetNamespace() != f.OpNS
+	})
+}
+
+func (f *Fleet) assertEquals(m *testbed.Cluster, snap string, keep func(*unstructured.Unstructured) bool) {
+	f.T.Helper()
 	entries := f.SnapshotEntries(snap)
 	cl := testenv.Member(f.T, m)
 	crs := 0
 	for _, e := range entries {
+		if !keep(e.Object) {
+			continue
+		}
 		gvk := e.Object.GroupVersionKind()
 		ri, _, err := cl.ResourceClient(cl.Dynamic, e.Object)
 		if err != nil {

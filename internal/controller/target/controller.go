@@ -77,7 +77,9 @@ type Reconciler struct {
 	// Restores bounds the snapshot content running restores hold in memory (nil: unbounded).
 	Restores *MemoryBudget
 	// CrashAt, when it returns true for a cluster and step, stops the reconciler right after
-	// the step was recorded as started (tests of crash safety).
+	// the step was recorded as started (tests of crash safety). It is also called, with
+	// "Restore: <point>" as the step, at the restore's inner points (restore.Options.At), where
+	// it cannot stop anything (tests of faults act there).
 	CrashAt func(cluster, step string) bool
 }
 

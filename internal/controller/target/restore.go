@@ -73,10 +73,14 @@ func (restoreSnapshot) run(ctx context.Context, x *execution) (time.Duration, er
 		return 0, terminalf("snapshot %s cannot be restored: %v", t.Spec.Snapshot, err)
 	}
 	defer closer.Close()
-	rep, err := restore.Run(ctx, x.cl, restore.Options{
+	o := restore.Options{
 		Header: hdr, Entries: entries, Current: current, Prune: t.Spec.PruneOnRollback,
 		Journal: statusJournal{x}, WorkingSet: restoreWorkingSet,
-	})
+	}
+	if crash := x.r.CrashAt; crash != nil {
+		o.At = func(point string) { crash(t.Spec.Cluster, StepRestore+": "+point) }
+	}
+	rep, err := restore.Run(ctx, x.cl, o)
 	if errors.Is(err, restore.ErrSnapshotUnreadable) && !fault.IsTransient(err) {
 		return 0, terminalf("snapshot %s cannot be restored: %v", t.Spec.Snapshot, err)
 	}
