@@ -74,16 +74,18 @@ func TestRestoreReadsTheReleasesInstalledNow(t *testing.T) {
 			hub := failingGets{Client: fake.NewClientBuilder().WithScheme(hubScheme).WithObjects(snap.DeepCopy()).Build(), fails: tc.hubFails, err: tc.err}
 			mem := failingGets{Client: fake.NewClientBuilder().WithScheme(member.Scheme).WithObjects(record.DeepCopy()).Build(), fails: tc.memberFails, err: tc.err}
 			rec := events.NewFakeRecorder(10)
-			x := &execution{
-				r: &Reconciler{Client: hub, Hub: hub, Releases: &release.Cache{}, Recorder: rec},
-				t: &v1alpha1.RolloutTarget{
-					ObjectMeta: metav1.ObjectMeta{Name: "t", Namespace: "ns"},
-					Spec: v1alpha1.RolloutTargetSpec{Cluster: "member1", Snapshot: "snap", SnapshotStore: "store", Operator: "op",
-						ToRelease: "op-v1", FromRelease: "op-v2", Path: v1alpha1.PathRestore},
-				},
-				cl: &member.Cluster{Name: "member1", Client: mem},
-			}
+			x := (&Reconciler{Client: hub, Hub: hub, Releases: &release.Cache{}, Recorder: rec}).newExecution(&v1alpha1.RolloutTarget{
+				ObjectMeta: metav1.ObjectMeta{Name: "t", Namespace: "ns"},
+				Spec: v1alpha1.RolloutTargetSpec{Cluster: "member1", Snapshot: "snap", SnapshotStore: "store", Operator: "op",
+					ToRelease: "op-v1", FromRelease: "op-v2", Path: v1alpha1.PathRestore},
+			})
+			x.cl = &member.Cluster{Name: "member1", Client: mem}
 			_, err := restoreSnapshot{}.run(t.Context(), x)
+			// Events follow the status write that records the step; here nothing changed in
+			// the status, so the write is a no-op that releases them.
+			if perr := x.patch(t.Context()); perr != nil {
+				t.Fatal(perr)
+			}
 			if err == nil {
 				t.Fatal("want an error")
 			}
