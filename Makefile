@@ -9,6 +9,8 @@ TESTBED_BIN := $(shell hack/testbed/build.sh --print-dir)
 export REWIND_TESTBED_BIN := $(TESTBED_BIN)
 # The folder of the S3 server and KMS the snapshot-store tests start; built by `make store-bins`.
 export REWIND_STORES_BIN := $(shell hack/stores/build.sh --print-dir)
+# The folder of promtool and prometheus, unpacked from Debian's package; `make promtool`.
+export REWIND_PROMETHEUS_BIN := $(shell hack/prometheus/fetch.sh --print-dir)
 # Packages run in parallel; each starts its own testbed (about 280 MB per API server).
 TEST_PARALLEL ?= 2
 TEST_TIMEOUT ?= 60m
@@ -95,15 +97,12 @@ lint: ## go vet (also with the unit tag, as make test-unit builds) and a gofmt c
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.cache/*')); \
 		if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
-# promtool validates config/prometheus (TestPrometheusRules fails without it). It comes with
-# Debian's prometheus package (apt-cache policy prometheus); nothing else of it is started.
+# promtool validates config/prometheus (TestPrometheusRules fails without it). It and the
+# prometheus server come from Debian's prometheus package, downloaded and unpacked into
+# .cache/tools without installing it: no service is enabled or started.
 .PHONY: promtool
-promtool: ## Install promtool (apt-get install -y prometheus) when it is not on the PATH.
-	@command -v promtool >/dev/null 2>&1 || { \
-		echo "promtool is missing: apt-get install -y prometheus"; \
-		sudo=""; [ "$$(id -u)" = 0 ] || sudo=sudo; \
-		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends prometheus \
-		|| { $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends prometheus; }; }
+promtool: ## Unpack promtool and prometheus from Debian's package into .cache/tools (apt-get download + dpkg -x; nothing is installed).
+	hack/prometheus/fetch.sh >/dev/null
 
 .PHONY: check-monitoring
 check-monitoring: promtool ## promtool check/test rules on config/prometheus; the Grafana dashboard's queries against the controller's metrics.

@@ -96,13 +96,25 @@ func TestMetricNamesOfAnExpression(t *testing.T) {
 	}
 }
 
+// promtool is the promtool `make promtool` unpacks into the cache ($REWIND_PROMETHEUS_BIN, set
+// by make), else one on the PATH.
 func promtool(t *testing.T) string {
 	t.Helper()
+	if dir := os.Getenv("REWIND_PROMETHEUS_BIN"); dir != "" {
+		if p := filepath.Join(dir, "promtool"); isExecutable(p) {
+			return p
+		}
+	}
 	p, err := exec.LookPath("promtool")
 	if err != nil {
-		t.Fatalf("promtool is not on the PATH: it validates config/prometheus. Install it with `make promtool` (Debian: apt-get install -y prometheus)")
+		t.Fatalf("promtool is not in $REWIND_PROMETHEUS_BIN (%q) nor on the PATH: it validates config/prometheus. Run `make promtool` (it unpacks Debian's prometheus package into .cache/tools, installing nothing), or run the tests with `make test`", os.Getenv("REWIND_PROMETHEUS_BIN"))
 	}
 	return p
+}
+
+func isExecutable(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
 }
 
 // TestPrometheusRules checks config/prometheus's alerts with promtool (syntax, and the unit
