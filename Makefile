@@ -15,6 +15,17 @@ export REWIND_PROMETHEUS_BIN := $(shell hack/prometheus/fetch.sh --print-dir)
 TEST_PARALLEL ?= 2
 TEST_TIMEOUT ?= 60m
 TEST_FLAGS ?=
+# How gotestsum shows `make test`: testname prints a line per test as it ends, with its package
+# and time, and each package's total (a failure's output in full); pkgname-and-test-fails prints
+# a line per package only; standard-verbose is go test -v.
+TEST_FORMAT ?= testname
+
+# Tools built from the Go modules pinned in hack/tools/go.mod (gotestsum runs the tests,
+# crd-ref-docs writes docs/reference/api.md) into the ignored cache, keyed by their version.
+TOOLS_DIR := $(CURDIR)/.cache/tools
+tool_version = $(shell awk -v m="$(1)" '$$1 == m && $$2 ~ /^v/ {print $$2; exit}' hack/tools/go.mod)
+GOTESTSUM := $(TOOLS_DIR)/gotestsum-$(call tool_version,gotest.tools/gotestsum)
+CRD_REF_DOCS := $(TOOLS_DIR)/crd-ref-docs-$(call tool_version,github.com/elastic/crd-ref-docs)
 
 # What `rewind version` reports, linked into internal/version. The build date is the commit's
 # time (or SOURCE_DATE_EPOCH), never the clock, so that two builds of a commit are identical.
@@ -82,11 +93,13 @@ image: ## Build the rewind-controller image without Docker: OCI layout bin/image
 		--layout $(IMAGE_DIR)/oci --tarball $(IMAGE_DIR)/rewind-controller.tar | tee $(IMAGE_DIR)/digest
 
 .PHONY: testbed-bins
-testbed-bins: ## Build the testbed binaries (kube-apiserver, kcm, scheduler, etcd, kwok, kubectl) once; about 15 minutes cold.
+testbed-bins: ## Build the testbed binaries (kube-apiserver, kcm, scheduler, etcd, kwok, kubectl) once; about 20 minutes cold on 2 cores.
+	@echo "testbed-bins: kube-apiserver, kube-controller-manager, kube-scheduler, etcd, kwok and kubectl from hack/testbed/go.mod into $(TESTBED_BIN) (each built only when missing)"
 	hack/testbed/build.sh >/dev/null
 
 .PHONY: store-bins
 store-bins: ## Build the servers the snapshot-store tests start (versitygw, fake-gcs-server, local-kms; Azurite from npm), once, into .cache/stores.
+	@echo "store-bins: versitygw, fake-gcs-server and local-kms from hack/stores/go.mod, and Azurite from npm, into $(REWIND_STORES_BIN) (each only when missing)"
 	hack/stores/build.sh >/dev/null
 
 .PHONY: lint
@@ -109,8 +122,20 @@ check-monitoring: promtool ## promtool check/test rules on config/prometheus; th
 	$(GO) test -count=1 ./config/
 
 .PHONY: test
-test: testbed-bins store-bins promtool ## Run every test against real local clusters (builds the testbed binaries first).
-	$(GO) test -p $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
+test: testbed-bins store-bins promtool $(GOTESTSUM) ## Run every test against real local clusters (builds the testbed binaries first); a line per test as it ends (TEST_FORMAT).
+	@echo "test: go test -p $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./... (through gotestsum, format $(TEST_FORMAT))"
+	$(GOTESTSUM) --format $(TEST_FORMAT) --format-hide-empty-pkg -- -p $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
+
+# A tool of hack/tools, built once per version. A temporary name of its own: two makes may build at once.
+$(TOOLS_DIR)/gotestsum-%:
+	@echo "tools: building gotestsum $* (hack/tools/go.mod) into $(TOOLS_DIR) ..."
+	@mkdir -p $(TOOLS_DIR)
+	cd hack/tools && $(GO) build -o $@.tmp.$$$$ gotest.tools/gotestsum && mv -f $@.tmp.$$$$ $@
+
+$(TOOLS_DIR)/crd-ref-docs-%:
+	@echo "tools: building crd-ref-docs $* (hack/tools/go.mod) into $(TOOLS_DIR) ..."
+	@mkdir -p $(TOOLS_DIR)
+	cd hack/tools && $(GO) build -o $@.tmp.$$$$ github.com/elastic/crd-ref-docs && mv -f $@.tmp.$$$$ $@
 
 .PHONY: test-unit
 test-unit: ## Run only the tests that need no testbed (build tag unit): pure logic, no binaries, well under a minute once compiled.
