@@ -48,7 +48,7 @@ help: ## Show the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-16s %s\n", $$1, $$2}'
 
 .PHONY: generate
-generate: ## Regenerate deepcopy code, CRDs and RBAC (controller-gen) into api/ and config/ (CRDs, ClusterRole/Role rewind-controller, ClusterRole rewind-controller-namespace).
+generate: $(CRD_REF_DOCS) ## Regenerate deepcopy code, CRDs and RBAC (controller-gen) into api/ and config/ (CRDs, ClusterRole/Role rewind-controller, ClusterRole rewind-controller-namespace), and the API reference docs/reference/api.md (crd-ref-docs).
 	$(GO) tool controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(GO) tool controller-gen crd:allowDangerousTypes=false rbac:roleName=rewind-controller \
 		paths=./api/... paths=./internal/controller/... \
@@ -64,11 +64,14 @@ generate: ## Regenerate deepcopy code, CRDs and RBAC (controller-gen) into api/ 
 	cp config/rbac/role.yaml charts/rewind/files/rbac/role.yaml
 	cp config/rbac/namespace/role.yaml charts/rewind/files/rbac/namespace-role.yaml
 	cp config/prometheus/prometheus_rule.yaml charts/rewind/files/prometheus/prometheus_rule.yaml
+	@# The API reference, from the Go types' doc comments and markers.
+	$(CRD_REF_DOCS) --source-path=./api/v1alpha1 --config=hack/api-docs/config.yaml --renderer=markdown \
+		--output-path=docs/reference/api.md --log-level=WARN
 
 .PHONY: verify-generate
 verify-generate: generate ## Fail when generated files are stale.
-	@if [ -n "$$(git status --porcelain -- api config charts)" ]; then \
-		git status --porcelain -- api config charts; git diff -- api config charts | head -50; \
+	@if [ -n "$$(git status --porcelain -- api config charts docs/reference)" ]; then \
+		git status --porcelain -- api config charts docs/reference; git diff -- api config charts docs/reference | head -50; \
 		echo "Generated files are stale: run 'make generate' and commit the result."; exit 1; fi
 
 .PHONY: build
