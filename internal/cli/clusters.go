@@ -32,6 +32,9 @@ func newClustersCommand(h *hubFlags) *cobra.Command {
 		Use:     "clusters",
 		Aliases: []string{"cluster"},
 		Short:   "Register member clusters, list them, and check that they run what they should",
+		Example: `  rewind clusters add prod-eu-1 --kubeconfig prod-eu-1.yaml --label env=prod
+  rewind clusters list
+  rewind clusters check --operator mysql-operator --expect mysql-v2`,
 		Long: `A member cluster is reached through a kubeconfig stored in a hub Secret. 'clusters add'
 registers one, 'clusters list' shows what the controller sees of each, and 'clusters check'
 compares every member with the release it should run.`,

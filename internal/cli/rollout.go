@@ -52,6 +52,10 @@ func newRolloutCommand(h *hubFlags) *cobra.Command {
 		Use:     "rollout",
 		Aliases: []string{"rollouts"},
 		Short:   "Watch, approve, pause and resume rollouts",
+		Example: `  rewind rollout status mysql --watch
+  rewind rollout approve mysql fleet
+  rewind rollout pause mysql
+  rewind rollout resume mysql`,
 		Long: `A Rollout brings one operator to its desired OperatorRelease on the member clusters, wave
 after wave, with a snapshot before every change and health gates after it. List them with
 'kubectl get rollouts.rewind.dev -n NAMESPACE'.`,
