@@ -180,7 +180,7 @@ func TestDocs(t *testing.T) {
 			continue
 		}
 		tested++
-		t.Run(rel, func(t *testing.T) { runDoc(t, root, binDir, filepath.Dir(bins.APIServer), blocks) })
+		t.Run(filepath.Base(rel), func(t *testing.T) { runDoc(t, root, binDir, filepath.Dir(bins.APIServer), blocks) })
 	}
 	if tested == 0 {
 		t.Fatal("no document has a tested block")
@@ -245,6 +245,11 @@ func runDoc(t *testing.T, root, binDir, testbedBin string, blocks []block) {
 		t.Fatalf("%s:%d: the block failed (%v) after %s:\n%s\noutput:\n%s", b.file, b.line, runErr, time.Since(start).Round(time.Second), b.script, outputs[last])
 	}
 	t.Logf("%d blocks ran in %s", len(blocks), time.Since(start).Round(time.Second))
+	if testing.Verbose() {
+		for i, b := range blocks {
+			t.Logf("%s:%d printed:\n%s", b.file, b.line, outputs[i])
+		}
+	}
 	for i, b := range blocks {
 		if b.want == nil {
 			continue

@@ -107,7 +107,9 @@ succeeds, fails or is rolled back; with -o json or -o yaml each print is a whole
 				} else if err != nil {
 					return err
 				}
-				if !watch || finalPhase(ro.Status.Phase) {
+				// A phase is final only once the controller has seen the spec: right after
+				// spec.release changed, the status still shows the previous revision's end.
+				if !watch || (finalPhase(ro.Status.Phase) && ro.Status.ObservedGeneration == ro.Generation) {
 					return nil
 				}
 				select {
