@@ -1,0 +1,630 @@
+//go:build !unit
+
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/member"
+	"github.com/rewind-dev/rewind/internal/restore"
+	"github.com/rewind-dev/rewind/internal/snapshot"
+	"github.com/rewind-dev/rewind/internal/testbed"
+)
+
+// chaosOff (REWIND_FLEET_CHAOS=off) skips the chaos run (e).
+var chaosOff = os.Getenv("REWIND_FLEET_CHAOS") == "off"
+
+// chaosFaults are the faults of the chaos run: every open connection to every member is reset
+// every 10 s (each member's first reset at a random point of its first interval, so members
+// are not hit in step), and new connections are refused for the proxy's default moment
+// (testbed.DefaultRefuseFor) after each reset.
+var chaosFaults = testbed.Faults{ResetEvery: 10 * time.Second}
+
+// chaosTarget is the goal for each wall time of the chaos run against the same one without
+// faults.
+const chaosTarget = 1.5
+
+// cycle is one upgrade (mysql-a to mysql-b, the canary wave then the fleet wave) and one
+// failed release with its RollbackAll (mysql-picky, whose gate fails on the last member), as
+// measured and as they ended.
+type cycle struct {
+	label string
+	// upgrade is from setting the release to the Rollout seen Succeeded; canary and wave are
+	// the spans of the canary wave's cluster and of the fleet wave's clusters within it.
+	upgrade, canary, wave time.Duration
+	// upgraded is how the upgrade ended (the Rollout's phase and target counts).
+	upgraded string
+	// gate is from setting the failed release to the Rollout seen RollingBack: the failing
+	// gate's timeout is most of it.
+	gate time.Duration
+	// rollback is from RollingBack to RolledBack seen; restores from the first restore's
+	// start to the last one's finish.
+	rollback, restores time.Duration
+	// memberUp and memberBack are the member API requests per cluster of the upgrade and of
+	// the failed release with its rollback.
+	memberUp, memberBack string
+	// retries are the faults the controller retried in place (rewind_fault_retries_total).
+	retries map[retryKey]float64
+	// waited is each cluster/path that waited (status.waitingFor) and why.
+	waited map[string]string
+	// failed is each cluster/path that failed (in the failed release: the last member's
+	// gate), with its step and message.
+	failed map[string]string
+	// out is the end state after the rollback.
+	out outcome
+}
+
+// retryKey is one series of rewind_fault_retries_total within a rollout.
+type retryKey struct{ cluster, step string }
+
+// faultRetries reads rewind_fault_retries_total of a rollout, by cluster and step.
+func (p *controllerProcess) faultRetries(b *testing.B, ns, rollout string) map[retryKey]float64 {
+	out := map[retryKey]float64{}
+	for _, s := range p.samples(b, "rewind_fault_retries_total") {
+		if s.label("namespace") == ns && s.label("rollout") == rollout {
+			out[retryKey{s.label("cluster"), s.label("step")}] += s.value
+		}
+	}
+	return out
+}
+
+// retryDelta is the retries made between two readings of faultRetries.
+func retryDelta(before, after map[retryKey]float64) map[retryKey]float64 {
+	out := map[retryKey]float64{}
+	for k, v := range after {
+		if d := v - before[k]; d > 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+// retrySummary formats retries: the total, by step, and how they spread over the clusters.
+func retrySummary(r map[retryKey]float64, clusters int) string {
+	var total float64
+	byStep, byCluster := map[string]float64{}, map[string]float64{}
+	for k, v := range r {
+		total += v
+		byStep[k.step] += v
+		byCluster[k.cluster] += v
+	}
+	if total == 0 {
+		return "none"
+	}
+	var steps []string
+	for _, st := range slices.Sorted(maps.Keys(byStep)) {
+		steps = append(steps, fmt.Sprintf("%s %.0f", st, byStep[st]))
+	}
+	most, top := "", 0.0
+	for _, c := range slices.Sorted(maps.Keys(byCluster)) {
+		if byCluster[c] > top {
+			most, top = c, byCluster[c]
+		}
+	}
+	return fmt.Sprintf("%.0f in all; by step: %s; %d of %d clusters retried, at most %.0f on one (%s)",
+		total, strings.Join(steps, ", "), len(byCluster), clusters, top, most)
+}
+
+// subCounts is the faults injected between two readings of FaultCounts (no HTTP faults here).
+func subCounts(after, before testbed.FaultCounts) testbed.FaultCounts {
+	return testbed.FaultCounts{
+		Resets: after.Resets - before.Resets, ConnsReset: after.ConnsReset - before.ConnsReset, ConnsRefused: after.ConnsRefused - before.ConnsRefused,
+		HTTPRequests: after.HTTPRequests - before.HTTPRequests, HTTPFaults: after.HTTPFaults - before.HTTPFaults,
+	}
+}
+
+// probeWatch samples the controller's rewind_member_probe_consecutive_failures every 500 ms
+// and keeps each member's largest value: how close the health probe came to finding a member
+// unreachable (--probe-failure-threshold, 3).
+type probeWatch struct {
+	mu   sync.Mutex
+	max  map[string]float64
+	errs int
+	stop chan struct{}
+	done sync.WaitGroup
+}
+
+func watchProbes(p *controllerProcess) *probeWatch {
+	w := &probeWatch{max: map[string]float64{}, stop: make(chan struct{})}
+	w.done.Go(func() {
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			samples, err := p.scrape("rewind_member_probe_consecutive_failures")
+			w.mu.Lock()
+			if err != nil {
+				w.errs++
+			}
+			for _, s := range samples {
+				c := s.label("cluster")
+				w.max[c] = max(w.max[c], s.value)
+			}
+			w.mu.Unlock()
+			select {
+			case <-w.stop:
+				return
+			case <-t.C:
+			}
+		}
+	})
+	return w
+}
+
+// Stop ends the sampling and says the largest count of consecutive probe failures seen.
+func (w *probeWatch) Stop() string {
+	close(w.stop)
+	w.done.Wait()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	top, who, failing := 0.0, "", 0
+	for _, c := range slices.Sorted(maps.Keys(w.max)) {
+		if w.max[c] > 0 {
+			failing++
+		}
+		if w.max[c] > top {
+			top, who = w.max[c], c
+		}
+	}
+	s := fmt.Sprintf("%d of %d members had a failed probe; at most %.0f in a row (%s; a member is unreachable at 3)", failing, len(w.max), top, cmpOr(who, "none"))
+	if w.errs > 0 {
+		s += fmt.Sprintf(" (%d scrapes of /metrics failed)", w.errs)
+	}
+	return s
+}
+
+func cmpOr(s, alt string) string {
+	if s == "" {
+		return alt
+	}
+	return s
+}
+
+// outcome is how a failed release and its RollbackAll ended: the Rollout, every target of its
+// last revision, every member's installed-version record, and every member compared object by
+// object with the snapshot it was restored to.
+type outcome struct {
+	phase, release, failedRelease string
+	// rolledBack is the reason of the RolledBack condition ("" when there is none).
+	rolledBack string
+	// history is the last two revisions: release, outcome, and whether automatic.
+	history string
+	// targets is each cluster's path and phase in the last revision.
+	targets map[string]string
+	// messages are the status messages of targets that did not end RolledBack.
+	messages []string
+	// records is each member's installed-version record's release ("none" when missing).
+	records map[string]string
+	// exact is "" for a member whose every snapshot object equals the live one (and which
+	// has no custom resource the snapshot does not hold), else what differs.
+	exact map[string]string
+	// compared is the number of objects compared on each member.
+	compared map[string]int
+}
+
+// directMembers are clients of the members' API servers that bypass the member proxy: the
+// comparison after a run reads 1,000 objects per member and is not part of what is measured.
+var (
+	directMu      sync.Mutex
+	directMembers = map[string]*member.Cluster{}
+)
+
+func direct(b *testing.B, m *testbed.Cluster) *member.Cluster {
+	b.Helper()
+	directMu.Lock()
+	defer directMu.Unlock()
+	if cl := directMembers[m.Name]; cl != nil {
+		return cl
+	}
+	cfg := rest.CopyConfig(m.RESTConfig())
+	if m.DirectServer != "" {
+		cfg.Host = m.DirectServer
+	}
+	cl, err := member.New(m.Name, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	directMembers[m.Name] = cl
+	return cl
+}
+
+// observe reads how the rollout ended.
+func observe(b *testing.B, hub client.Client, ns, rollout string) outcome {
+	b.Helper()
+	ctx := context.Background()
+	ro := &v1alpha1.Rollout{}
+	if err := hub.Get(ctx, client.ObjectKey{Namespace: ns, Name: rollout}, ro); err != nil {
+		b.Fatal(err)
+	}
+	o := outcome{phase: ro.Status.Phase, release: ro.Status.CurrentRelease, failedRelease: ro.Status.FailedRelease,
+		targets: map[string]string{}, records: map[string]string{}, exact: map[string]string{}, compared: map[string]int{}}
+	if c := meta.FindStatusCondition(ro.Status.Conditions, v1alpha1.ConditionRolledBack); c != nil && c.Status == metav1.ConditionTrue {
+		o.rolledBack = c.Reason
+	}
+	var hist []string
+	for _, h := range ro.Status.History[max(0, len(ro.Status.History)-2):] {
+		e := h.Release + " " + h.Outcome
+		if h.Automatic {
+			e += " (automatic)"
+		}
+		hist = append(hist, e)
+	}
+	o.history = strings.Join(hist, ", then ")
+
+	var list v1alpha1.RolloutTargetList
+	if err := hub.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{v1alpha1.LabelRollout: rollout}); err != nil {
+		b.Fatal(err)
+	}
+	snaps := map[string]string{}
+	for _, t := range list.Items {
+		if t.Spec.Revision != ro.Status.Revision {
+			continue
+		}
+		o.targets[t.Spec.Cluster] = t.Spec.Path + " " + t.Status.Phase
+		if t.Status.Phase != v1alpha1.ClusterRolledBack {
+			o.messages = append(o.messages, fmt.Sprintf("%s: %s %s at step %s (faults %d, waiting for %q): %s",
+				t.Spec.Cluster, t.Spec.Path, t.Status.Phase, t.Status.Step, t.Status.Faults, t.Status.WaitingFor, t.Status.Message))
+		}
+		if t.Spec.Path == v1alpha1.PathRestore {
+			snaps[t.Spec.Cluster] = t.Spec.Snapshot
+		}
+	}
+	slices.Sort(o.messages)
+
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 4)
+	for _, m := range env.Members {
+		cl := direct(b, m)
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			rel := "none"
+			rec, err := member.ReadRecord(ctx, cl.Client, "mysql-operator")
+			switch {
+			case err != nil:
+				rel = "unreadable: " + err.Error()
+			case rec != nil:
+				rel = rec.Release
+			}
+			exact, n := "no Restore target, so no snapshot to compare with", 0
+			if snap := snaps[m.Name]; snap != "" {
+				exact, n = compareWithSnapshot(ctx, hub, cl, ns, snap)
+			}
+			mu.Lock()
+			o.records[m.Name], o.exact[m.Name], o.compared[m.Name] = rel, exact, n
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return o
+}
+
+// compareWithSnapshot compares every object of snapshot snap with the live one on cl, as
+// test/e2e's assertEqualsSnapshot does (restore.Equal), reading the live objects with one LIST
+// per kind and namespace; it also counts custom resources the snapshot does not hold. It
+// returns "" when the member is exact, else what differs, and the number of objects compared.
+func compareWithSnapshot(ctx context.Context, hub client.Client, cl *member.Cluster, ns, snap string) (string, int) {
+	s := &v1alpha1.Snapshot{}
+	if err := hub.Get(ctx, client.ObjectKey{Namespace: ns, Name: snap}, s); err != nil {
+		return fmt.Sprintf("snapshot %s: %v", snap, err), 0
+	}
+	_, entries, err := (&snapshot.Hub{Client: hub}).Load(ctx, s)
+	if err != nil {
+		return fmt.Sprintf("loading snapshot %s: %v", snap, err), 0
+	}
+	type group struct {
+		gvk schema.GroupVersionKind
+		ns  string
+	}
+	groups := map[group][]snapshot.Entry{}
+	for _, e := range entries {
+		g := group{e.Object.GroupVersionKind(), e.Object.GetNamespace()}
+		groups[g] = append(groups[g], e)
+	}
+	var diffs []string
+	compared, crs := 0, 0
+	for g, es := range groups {
+		ri, _, err := cl.ResourceClient(cl.Dynamic, es[0].Object)
+		if err != nil {
+			diffs = append(diffs, fmt.Sprintf("%s: %v", g.gvk.Kind, err))
+			continue
+		}
+		live, err := ri.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			diffs = append(diffs, fmt.Sprintf("listing %s in %q: %v", g.gvk.Kind, g.ns, err))
+			continue
+		}
+		byName := map[string]*unstructured.Unstructured{}
+		for i := range live.Items {
+			byName[live.Items[i].GetName()] = &live.Items[i]
+		}
+		inSnap := map[string]bool{}
+		custom := false
+		for _, e := range es {
+			name := e.Object.GetName()
+			inSnap[name] = true
+			custom = custom || e.Section == snapshot.SectionCR
+			if e.Section == snapshot.SectionCR {
+				crs++
+			}
+			compared++
+			l := byName[name]
+			switch {
+			case l == nil:
+				diffs = append(diffs, fmt.Sprintf("%s %s/%s is missing", g.gvk.Kind, g.ns, name))
+			case !restore.Equal(e.Object, l):
+				diffs = append(diffs, fmt.Sprintf("%s %s/%s differs", g.gvk.Kind, g.ns, name))
+			}
+		}
+		if custom {
+			for name := range byName {
+				if !inSnap[name] {
+					diffs = append(diffs, fmt.Sprintf("%s %s/%s is not in the snapshot", g.gvk.Kind, g.ns, name))
+				}
+			}
+		}
+	}
+	if crs == 0 {
+		diffs = append(diffs, "the snapshot holds no custom resources: the comparison proves nothing")
+	}
+	if len(diffs) == 0 {
+		return "", compared
+	}
+	slices.Sort(diffs)
+	more := ""
+	if len(diffs) > 5 {
+		more = fmt.Sprintf(" and %d more", len(diffs)-5)
+		diffs = diffs[:5]
+	}
+	return fmt.Sprintf("%d of %d objects of snapshot %s: %s%s", len(diffs), compared, snap, strings.Join(diffs, "; "), more), compared
+}
+
+// counted formats a map's values with how many keys have each, e.g. "19 Restore RolledBack, 1
+// Restore Failed".
+func counted(m map[string]string) string {
+	n := map[string]int{}
+	for _, v := range m {
+		n[v]++
+	}
+	var parts []string
+	for _, v := range slices.Sorted(maps.Keys(n)) {
+		parts = append(parts, fmt.Sprintf("%d %s", n[v], v))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// failedSteps is each failed cluster with its step, without the messages (which hold times).
+func failedSteps(failed map[string]string) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(failed)) {
+		step, _, _ := strings.Cut(failed[k], ":")
+		parts = append(parts, k+" at "+step)
+	}
+	return cmpOr(strings.Join(parts, ", "), "none")
+}
+
+// summary is the cycle's end in one paragraph.
+func (c cycle) summary(clusters int) string {
+	o := c.out
+	exact, objects := 0, 0
+	var inexact []string
+	for _, m := range slices.Sorted(maps.Keys(o.exact)) {
+		if o.exact[m] == "" {
+			exact++
+			objects += o.compared[m]
+			continue
+		}
+		inexact = append(inexact, m+": "+o.exact[m])
+	}
+	s := fmt.Sprintf("upgrade: %s; failed release: %s failed; then Rollout %s at %s (failed release held: %s; RolledBack condition: %s; last revisions: %s); targets of the last revision: %s; installed-version records: %s; %d of %d members exact (every object of the snapshot each was restored to equals the live one, %d objects compared)",
+		c.upgraded, failedSteps(c.failed), o.phase, o.release, cmpOr(o.failedRelease, "none"), cmpOr(o.rolledBack, "none"), o.history,
+		counted(o.targets), counted(o.records), exact, clusters, objects)
+	if len(c.waited) > 0 {
+		s += fmt.Sprintf("; targets that waited: %v", c.waited)
+	}
+	for _, m := range o.messages {
+		s += "\n      not rolled back: " + m
+	}
+	for _, m := range inexact {
+		s += "\n      not exact: " + m
+	}
+	return s
+}
+
+// differences lists where c ended otherwise than base.
+func (c cycle) differences(base cycle) []string {
+	var d []string
+	same := func(what, a, b string) {
+		if a != b {
+			d = append(d, fmt.Sprintf("%s: %q without faults, %q with", what, a, b))
+		}
+	}
+	same("upgrade", base.upgraded, c.upgraded)
+	same("failed clusters", failedSteps(base.failed), failedSteps(c.failed))
+	same("Rollout phase", base.out.phase, c.out.phase)
+	same("Rollout release", base.out.release, c.out.release)
+	same("failed release held", base.out.failedRelease, c.out.failedRelease)
+	same("RolledBack condition", base.out.rolledBack, c.out.rolledBack)
+	same("last revisions", base.out.history, c.out.history)
+	for _, m := range slices.Sorted(maps.Keys(c.out.records)) {
+		same(m+" target", base.out.targets[m], c.out.targets[m])
+		same(m+" record", base.out.records[m], c.out.records[m])
+		if c.out.exact[m] != "" || base.out.exact[m] != "" {
+			same(m+" not exact", base.out.exact[m], c.out.exact[m])
+		}
+	}
+	return d
+}
+
+// upgradeResult is how an upgrade ended.
+func upgradeResult(ro *v1alpha1.Rollout) string {
+	t := ro.Status.Targets
+	return fmt.Sprintf("%s at %s, %d of %d targets Succeeded", ro.Status.Phase, ro.Status.CurrentRelease, t.Succeeded, t.Total)
+}
+
+// settledAfter says whether a revision after rev has ended (Succeeded, Failed or RolledBack).
+func settledAfter(rev int32) func(*v1alpha1.Rollout) bool {
+	return func(ro *v1alpha1.Rollout) bool {
+		if ro.Status.Revision <= rev || ro.Status.ObservedGeneration != ro.Generation {
+			return false
+		}
+		switch ro.Status.Phase {
+		case v1alpha1.RolloutSucceeded, v1alpha1.RolloutFailed, v1alpha1.RolloutRolledBack:
+			return true
+		}
+		return false
+	}
+}
+
+func revisionOf(b *testing.B, hub client.Client, ns, name string) int32 {
+	b.Helper()
+	ro := &v1alpha1.Rollout{}
+	if err := hub.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, ro); err != nil {
+		b.Fatal(err)
+	}
+	return ro.Status.Revision
+}
+
+func ratio(a, b time.Duration) float64 { return a.Seconds() / b.Seconds() }
+
+// chaos is (e): the upgrade of (a) and the failed release with its RollbackAll of (b) again,
+// with every open connection to every member reset every 10 s, against (a) and (b) (base)
+// from the same process. Between them, a person's rollback to mysql-a without faults puts the
+// fleet back where (a) started.
+func chaos(b *testing.B, hub client.Client, p *controllerProcess, ns string, names []string, base cycle) {
+	const rollout = "fleet"
+	last := names[len(names)-1]
+	base.out = observe(b, hub, ns, rollout)
+
+	// Back to where (a) started: a person's rollback to mysql-a, without faults.
+	rev := revisionOf(b, hub, ns, rollout)
+	setRelease(b, hub, ns, rollout, "mysql-a")
+	w := watch(hub, ns, rollout)
+	if ro := w.until(b, 10*time.Minute, "mysql-a", settledAfter(rev)); ro.Status.Phase != v1alpha1.RolloutRolledBack || ro.Status.CurrentRelease != "mysql-a" {
+		b.Fatalf("the rollback to mysql-a before the chaos run ended %s at %s (targets %+v, failures %+v)", ro.Status.Phase, ro.Status.CurrentRelease, ro.Status.Targets, ro.Status.Failures)
+	}
+
+	ch := cycle{label: "with faults", waited: map[string]string{}}
+	countsBefore := env.FaultCounts()
+	retriesBefore := p.faultRetries(b, ns, rollout)
+	_, memberBefore := p.requests(b)
+	_, _ = p.resetPeak()
+	probes := watchProbes(p)
+	if err := env.SetMemberFaults(chaosFaults); err != nil {
+		b.Fatal(err)
+	}
+	chaosStart := time.Now()
+
+	rev = revisionOf(b, hub, ns, rollout)
+	upStart := time.Now()
+	setRelease(b, hub, ns, rollout, "mysql-b")
+	w = watch(hub, ns, rollout)
+	upgraded := w.until(b, 15*time.Minute, "mysql-b", settledAfter(rev))
+	ch.upgrade = time.Since(upStart)
+	ch.upgraded = upgradeResult(upgraded)
+	ch.canary, ch.wave = w.span(names[:1], v1alpha1.PathUpgrade), w.span(names[1:], v1alpha1.PathUpgrade)
+	maps.Copy(ch.waited, w.waited)
+	_, memberMid := p.requests(b)
+	ch.memberUp = perCluster(memberBefore, memberMid)
+	ch.failed = w.failed
+
+	if upgraded.Status.Phase == v1alpha1.RolloutSucceeded {
+		rev = upgraded.Status.Revision
+		pickyStart := time.Now()
+		setRelease(b, hub, ns, rollout, "mysql-picky")
+		w = watch(hub, ns, rollout)
+		w.until(b, 15*time.Minute, "mysql-picky", func(ro *v1alpha1.Rollout) bool {
+			return ro.Status.Revision > rev && ro.Status.Phase == v1alpha1.RolloutRollingBack || settledAfter(rev)(ro)
+		})
+		if at, ok := w.phaseAt[v1alpha1.RolloutRollingBack]; ok {
+			ch.gate = at.Sub(pickyStart)
+		}
+		w.until(b, 15*time.Minute, "mysql-b", settledAfter(rev))
+		ch.rollback = w.phaseAt[v1alpha1.RolloutRolledBack].Sub(w.phaseAt[v1alpha1.RolloutRollingBack])
+		ch.restores = w.span(names, v1alpha1.PathRestore)
+		maps.Copy(ch.waited, w.waited)
+		ch.failed = w.failed
+	}
+
+	for _, m := range env.Members {
+		m.Faults().SetEnabled(false)
+	}
+	chaosWall := time.Since(chaosStart)
+	injected := subCounts(env.FaultCounts(), countsBefore)
+	probed := probes.Stop()
+	rss, anon := p.resetPeak()
+	ch.retries = retryDelta(retriesBefore, p.faultRetries(b, ns, rollout))
+	_, memberAfter := p.requests(b)
+	ch.memberBack = perCluster(memberMid, memberAfter)
+	ch.out = observe(b, hub, ns, rollout)
+
+	fmt.Printf("\n(e) chaos: the upgrade of (a) and the failed release with its RollbackAll of (b) again, with every open connection to every member reset every %s and new ones refused for %s after each reset (each member's first reset at a random point of its first interval); baseline: (a) and (b) above, same process, same controller, without faults (baseline first; then a person's rollback to mysql-a without faults; then the chaos run)\n",
+		chaosFaults.ResetEvery, testbed.DefaultRefuseFor)
+	fmt.Printf("    faults injected over the chaos run's %.1f s: %s; before it, without faults: %s\n", chaosWall.Seconds(), injected, countsBefore)
+	fmt.Printf("    retries the controller made in place (rewind_fault_retries_total): %s; without faults: %s\n", retrySummary(ch.retries, members), retrySummary(base.retries, members))
+	fmt.Printf("    the members' health probes: %s\n", probed)
+	fmt.Printf("    member API requests by the controller, per cluster: %s for the upgrade (without faults %s), %s for the failed release and its rollback (without faults %s)\n",
+		ch.memberUp, base.memberUp, ch.memberBack, base.memberBack)
+	fmt.Printf("    controller peak RSS during the chaos run: %.0f MiB (anonymous %.0f MiB)\n", float64(rss)/(1<<20), float64(anon)/(1<<20))
+	fmt.Printf("    %-72s %9s %9s %7s\n", "wall time", "no faults", "faults", "ratio")
+	row := func(what string, a, c time.Duration, target bool) {
+		t := ""
+		if target {
+			t = fmt.Sprintf(" (target <= %.1f)", chaosTarget)
+		}
+		if a <= 0 || c <= 0 {
+			fmt.Printf("    %-72s %9s %9s %7s\n", what, a.Round(10*time.Millisecond), c.Round(10*time.Millisecond), "-")
+			return
+		}
+		fmt.Printf("    %-72s %8.2fs %8.2fs %6.2fx%s\n", what, a.Seconds(), c.Seconds(), ratio(c, a), t)
+	}
+	row("upgrade, release set to Rollout Succeeded", base.upgrade, ch.upgrade, true)
+	row("  canary wave (1 cluster)", base.canary, ch.canary, false)
+	row(fmt.Sprintf("  fleet wave (%d clusters)", members-1), base.wave, ch.wave, false)
+	row(fmt.Sprintf("failed release set to failed gate (%s's %s gate timeout in it)", last, gateTimeout), base.gate, ch.gate, false)
+	row(fmt.Sprintf("RollbackAll of %d clusters, failed gate to all restored and healthy", members), base.rollback, ch.rollback, true)
+	row("  the restores alone (first start to last finish)", base.restores, ch.restores, false)
+	fmt.Printf("    outcome without faults: %s\n", base.summary(members))
+	fmt.Printf("    outcome with faults:    %s\n", ch.summary(members))
+	diffs := ch.differences(base)
+	for _, m := range slices.Sorted(maps.Keys(base.out.exact)) {
+		if base.out.exact[m] != "" {
+			diffs = append(diffs, fmt.Sprintf("%s is not exact after the rollback without faults", m))
+		}
+	}
+	if len(diffs) == 0 {
+		fmt.Printf("    same result as without faults: yes (every target's path and phase, every member's record, the Rollout's phase, failed release and rollback, and every member exact)\n")
+	} else {
+		fmt.Printf("    same result as without faults: NO\n")
+		for _, d := range diffs {
+			fmt.Printf("      %s\n", d)
+		}
+		b.Errorf("the chaos run did not end as the run without faults: %s", strings.Join(diffs, "; "))
+	}
+	b.ReportMetric(ratio(ch.upgrade, base.upgrade), "chaos-upgrade/base")
+	if ch.rollback > 0 {
+		b.ReportMetric(ratio(ch.rollback, base.rollback), "chaos-rollback/base")
+	}
+	b.ReportMetric(float64(injected.ConnsReset), "conns-reset")
+	var retries float64
+	for _, v := range ch.retries {
+		retries += v
+	}
+	b.ReportMetric(retries, "fault-retries")
+}
