@@ -31,20 +31,23 @@ import (
 var chaosOff = os.Getenv("REWIND_FLEET_CHAOS") == "off"
 
 // chaosFaults are the faults of the chaos run: every open connection to every member is reset
-// every 10 s (each member's first reset at a random point of its first interval, so members
-// are not hit in step), and new connections are refused for the proxy's default moment
-// (testbed.DefaultRefuseFor) after each reset.
+// every 10 s, and new connections are refused for the proxy's default moment
+// (testbed.DefaultRefuseFor) after each reset. runCycle staggers the members (see
+// setStaggered).
 var chaosFaults = testbed.Faults{ResetEvery: 10 * time.Second}
 
 // chaosTarget is the goal for each wall time of the chaos run against the same one without
 // faults.
 const chaosTarget = 1.5
 
-// cycle is one upgrade (mysql-a to mysql-b, the canary wave then the fleet wave) and one
-// failed release with its RollbackAll (mysql-picky, whose gate fails on the last member), as
-// measured and as they ended.
+// cycle is one upgrade (from the release the fleet runs to a release it never ran: the canary
+// wave, then the fleet wave) and one failed release with its RollbackAll (mysql-picky, whose
+// gate fails on the last member), as measured and as they ended.
 type cycle struct {
-	label string
+	// release is the release upgraded to, and rolled back to.
+	release string
+	// faults are the faults injected through the cycle (nil: none).
+	faults *testbed.Faults
 	// upgrade is from setting the release to the Rollout seen Succeeded; canary and wave are
 	// the spans of the canary wave's cluster and of the fleet wave's clusters within it.
 	upgrade, canary, wave time.Duration
@@ -56,15 +59,24 @@ type cycle struct {
 	// rollback is from RollingBack to RolledBack seen; restores from the first restore's
 	// start to the last one's finish.
 	rollback, restores time.Duration
+	// wall is the whole cycle, from setting the release to the end of the rollback.
+	wall time.Duration
 	// memberUp and memberBack are the member API requests per cluster of the upgrade and of
 	// the failed release with its rollback.
 	memberUp, memberBack string
+	// injected are the faults the member proxy injected during the cycle.
+	injected testbed.FaultCounts
 	// retries are the faults the controller retried in place (rewind_fault_retries_total).
 	retries map[retryKey]float64
+	// gateFailed is the health gates that failed, by cluster (rewind_health_gate_failures_total).
+	gateFailed map[string]float64
+	// probes says how close the members' health probes came to an unreachable member.
+	probes string
+	// rss and anon are the controller's peak RSS and RssAnon during the cycle.
+	rss, anon int64
 	// waited is each cluster/path that waited (status.waitingFor) and why.
 	waited map[string]string
-	// failed is each cluster/path that failed (in the failed release: the last member's
-	// gate), with its step and message.
+	// failed is each cluster/path seen failed, with its step and message.
 	failed map[string]string
 	// out is the end state after the rollback.
 	out outcome
@@ -87,6 +99,28 @@ func (p *controllerProcess) faultRetries(b *testing.B, ns, rollout string) map[r
 // retryDelta is the retries made between two readings of faultRetries.
 func retryDelta(before, after map[retryKey]float64) map[retryKey]float64 {
 	out := map[retryKey]float64{}
+	for k, v := range after {
+		if d := v - before[k]; d > 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+// gateFailures reads rewind_health_gate_failures_total of a rollout, by cluster.
+func (p *controllerProcess) gateFailures(b *testing.B, ns, rollout string) map[string]float64 {
+	out := map[string]float64{}
+	for _, s := range p.samples(b, "rewind_health_gate_failures_total") {
+		if s.label("namespace") == ns && s.label("rollout") == rollout {
+			out[s.label("cluster")] += s.value
+		}
+	}
+	return out
+}
+
+// gateDelta is the gate failures between two readings of gateFailures, as "cluster: n".
+func gateDelta(before, after map[string]float64) map[string]float64 {
+	out := map[string]float64{}
 	for k, v := range after {
 		if d := v - before[k]; d > 0 {
 			out[k] = d
@@ -419,6 +453,15 @@ func failedSteps(failed map[string]string) string {
 	return cmpOr(strings.Join(parts, ", "), "none")
 }
 
+// gatesFailed formats gate failures by cluster.
+func gatesFailed(g map[string]float64) string {
+	var parts []string
+	for _, c := range slices.Sorted(maps.Keys(g)) {
+		parts = append(parts, fmt.Sprintf("%s (%.0f)", c, g[c]))
+	}
+	return cmpOr(strings.Join(parts, ", "), "none")
+}
+
 // summary is the cycle's end in one paragraph.
 func (c cycle) summary(clusters int) string {
 	o := c.out
@@ -432,11 +475,14 @@ func (c cycle) summary(clusters int) string {
 		}
 		inexact = append(inexact, m+": "+o.exact[m])
 	}
-	s := fmt.Sprintf("upgrade: %s; failed release: %s failed; then Rollout %s at %s (failed release held: %s; RolledBack condition: %s; last revisions: %s); targets of the last revision: %s; installed-version records: %s; %d of %d members exact (every object of the snapshot each was restored to equals the live one, %d objects compared)",
-		c.upgraded, failedSteps(c.failed), o.phase, o.release, cmpOr(o.failedRelease, "none"), cmpOr(o.rolledBack, "none"), o.history,
+	s := fmt.Sprintf("upgrade to %s: %s; mysql-picky: health gates failed on %s, targets seen failed: %s; then Rollout %s at %s (failed release held: %s; RolledBack condition: %s; last revisions: %s); targets of the last revision: %s; installed-version records: %s; %d of %d members exact (every object of the snapshot each was restored to equals the live one, %d objects compared)",
+		c.release, c.upgraded, gatesFailed(c.gateFailed), failedSteps(c.failed), o.phase, o.release, cmpOr(o.failedRelease, "none"), cmpOr(o.rolledBack, "none"), o.history,
 		counted(o.targets), counted(o.records), exact, clusters, objects)
 	if len(c.waited) > 0 {
 		s += fmt.Sprintf("; targets that waited: %v", c.waited)
+	}
+	for _, k := range slices.Sorted(maps.Keys(c.failed)) {
+		s += "\n      seen failed: " + k + " " + c.failed[k]
 	}
 	for _, m := range o.messages {
 		s += "\n      not rolled back: " + m
@@ -447,26 +493,31 @@ func (c cycle) summary(clusters int) string {
 	return s
 }
 
+// generic replaces the cycle's own release by R in s, so that cycles to different releases
+// compare.
+func (c cycle) generic(s string) string { return strings.ReplaceAll(s, c.release, "R") }
+
 // differences lists where c ended otherwise than base.
 func (c cycle) differences(base cycle) []string {
 	var d []string
 	same := func(what, a, b string) {
 		if a != b {
-			d = append(d, fmt.Sprintf("%s: %q without faults, %q with", what, a, b))
+			d = append(d, fmt.Sprintf("%s: %q without faults (to %s), %q with faults (to %s)", what, a, base.release, b, c.release))
 		}
 	}
-	same("upgrade", base.upgraded, c.upgraded)
-	same("failed clusters", failedSteps(base.failed), failedSteps(c.failed))
+	same("upgrade", base.generic(base.upgraded), c.generic(c.upgraded))
+	same("health gates failed", gatesFailed(base.gateFailed), gatesFailed(c.gateFailed))
+	same("targets seen failed", failedSteps(base.failed), failedSteps(c.failed))
 	same("Rollout phase", base.out.phase, c.out.phase)
-	same("Rollout release", base.out.release, c.out.release)
+	same("Rollout release", base.generic(base.out.release), c.generic(c.out.release))
 	same("failed release held", base.out.failedRelease, c.out.failedRelease)
 	same("RolledBack condition", base.out.rolledBack, c.out.rolledBack)
-	same("last revisions", base.out.history, c.out.history)
+	same("last revisions", base.generic(base.out.history), c.generic(c.out.history))
 	for _, m := range slices.Sorted(maps.Keys(c.out.records)) {
 		same(m+" target", base.out.targets[m], c.out.targets[m])
-		same(m+" record", base.out.records[m], c.out.records[m])
-		if c.out.exact[m] != "" || base.out.exact[m] != "" {
-			same(m+" not exact", base.out.exact[m], c.out.exact[m])
+		same(m+" record", base.generic(base.out.records[m]), c.generic(c.out.records[m]))
+		if c.out.exact[m] != "" {
+			d = append(d, fmt.Sprintf("%s is not exact with faults: %s", m, c.out.exact[m]))
 		}
 	}
 	return d
@@ -503,48 +554,56 @@ func revisionOf(b *testing.B, hub client.Client, ns, name string) int32 {
 
 func ratio(a, b time.Duration) float64 { return a.Seconds() / b.Seconds() }
 
-// chaos is (e): the upgrade of (a) and the failed release with its RollbackAll of (b) again,
-// with every open connection to every member reset every 10 s, against (a) and (b) (base)
-// from the same process. Between them, a person's rollback to mysql-a without faults puts the
-// fleet back where (a) started.
-func chaos(b *testing.B, hub client.Client, p *controllerProcess, ns string, names []string, base cycle) {
-	const rollout = "fleet"
-	last := names[len(names)-1]
-	base.out = observe(b, hub, ns, rollout)
-
-	// Back to where (a) started: a person's rollback to mysql-a, without faults.
-	rev := revisionOf(b, hub, ns, rollout)
-	setRelease(b, hub, ns, rollout, "mysql-a")
-	w := watch(hub, ns, rollout)
-	if ro := w.until(b, 10*time.Minute, "mysql-a", settledAfter(rev)); ro.Status.Phase != v1alpha1.RolloutRolledBack || ro.Status.CurrentRelease != "mysql-a" {
-		b.Fatalf("the rollback to mysql-a before the chaos run ended %s at %s (targets %+v, failures %+v)", ro.Status.Phase, ro.Status.CurrentRelease, ro.Status.Targets, ro.Status.Failures)
+// setStaggered sets the faults of every member, one after another, ResetEvery/members apart.
+// A member's first reset comes one interval after its faults are set (FaultInjector.Set), so
+// setting them all at once would reset every member in step; staggered, some member is reset
+// every ResetEvery/members and each every ResetEvery, from the moment this returns (the last
+// is set then, the first is reset ResetEvery/members later).
+func setStaggered(b *testing.B, f testbed.Faults) {
+	b.Helper()
+	t := time.NewTicker(f.ResetEvery / time.Duration(len(env.Members)))
+	defer t.Stop()
+	for i, m := range env.Members {
+		if i > 0 {
+			<-t.C
+		}
+		if err := m.Faults().Set(f); err != nil {
+			b.Fatal(err)
+		}
 	}
+}
 
-	ch := cycle{label: "with faults", waited: map[string]string{}}
+// runCycle runs a cycle on the fleet rollout: an upgrade to release (one the fleet never ran,
+// so every cluster takes the Upgrade path as in (a)), then mysql-picky, whose gate fails on
+// the last member, and its RollbackAll to release, as in (b); with faults when set. The
+// Rollout must have ended its last revision.
+func runCycle(b *testing.B, hub client.Client, p *controllerProcess, ns string, names []string, release string, faults *testbed.Faults) cycle {
+	b.Helper()
+	const rollout = "fleet"
+	c := cycle{release: release, faults: faults, waited: map[string]string{}}
 	countsBefore := env.FaultCounts()
-	retriesBefore := p.faultRetries(b, ns, rollout)
+	retriesBefore, gatesBefore := p.faultRetries(b, ns, rollout), p.gateFailures(b, ns, rollout)
 	_, memberBefore := p.requests(b)
 	_, _ = p.resetPeak()
 	probes := watchProbes(p)
-	if err := env.SetMemberFaults(chaosFaults); err != nil {
-		b.Fatal(err)
+	if faults != nil {
+		setStaggered(b, *faults)
 	}
-	chaosStart := time.Now()
 
-	rev = revisionOf(b, hub, ns, rollout)
-	upStart := time.Now()
-	setRelease(b, hub, ns, rollout, "mysql-b")
-	w = watch(hub, ns, rollout)
-	upgraded := w.until(b, 15*time.Minute, "mysql-b", settledAfter(rev))
-	ch.upgrade = time.Since(upStart)
-	ch.upgraded = upgradeResult(upgraded)
-	ch.canary, ch.wave = w.span(names[:1], v1alpha1.PathUpgrade), w.span(names[1:], v1alpha1.PathUpgrade)
-	maps.Copy(ch.waited, w.waited)
+	rev := revisionOf(b, hub, ns, rollout)
+	start := time.Now()
+	setRelease(b, hub, ns, rollout, release)
+	w := watch(hub, ns, rollout)
+	upgraded := w.until(b, 15*time.Minute, release, settledAfter(rev))
+	c.upgrade = time.Since(start)
+	c.upgraded = upgradeResult(upgraded)
+	c.canary, c.wave = w.span(names[:1], v1alpha1.PathUpgrade), w.span(names[1:], v1alpha1.PathUpgrade)
+	maps.Copy(c.waited, w.waited)
+	c.failed = w.failed
 	_, memberMid := p.requests(b)
-	ch.memberUp = perCluster(memberBefore, memberMid)
-	ch.failed = w.failed
+	c.memberUp = perCluster(memberBefore, memberMid)
 
-	if upgraded.Status.Phase == v1alpha1.RolloutSucceeded {
+	if upgraded.Status.Phase == v1alpha1.RolloutSucceeded && upgraded.Status.CurrentRelease == release {
 		rev = upgraded.Status.Revision
 		pickyStart := time.Now()
 		setRelease(b, hub, ns, rollout, "mysql-picky")
@@ -553,75 +612,110 @@ func chaos(b *testing.B, hub client.Client, p *controllerProcess, ns string, nam
 			return ro.Status.Revision > rev && ro.Status.Phase == v1alpha1.RolloutRollingBack || settledAfter(rev)(ro)
 		})
 		if at, ok := w.phaseAt[v1alpha1.RolloutRollingBack]; ok {
-			ch.gate = at.Sub(pickyStart)
+			c.gate = at.Sub(pickyStart)
 		}
-		w.until(b, 15*time.Minute, "mysql-b", settledAfter(rev))
-		ch.rollback = w.phaseAt[v1alpha1.RolloutRolledBack].Sub(w.phaseAt[v1alpha1.RolloutRollingBack])
-		ch.restores = w.span(names, v1alpha1.PathRestore)
-		maps.Copy(ch.waited, w.waited)
-		ch.failed = w.failed
+		w.until(b, 15*time.Minute, release, settledAfter(rev))
+		if from, ok := w.phaseAt[v1alpha1.RolloutRollingBack]; ok {
+			c.rollback = w.phaseAt[v1alpha1.RolloutRolledBack].Sub(from)
+		}
+		c.restores = w.span(names, v1alpha1.PathRestore)
+		maps.Copy(c.waited, w.waited)
+		c.failed = w.failed
 	}
+	c.wall = time.Since(start)
 
-	for _, m := range env.Members {
-		m.Faults().SetEnabled(false)
+	if faults != nil {
+		for _, m := range env.Members {
+			m.Faults().SetEnabled(false)
+		}
 	}
-	chaosWall := time.Since(chaosStart)
-	injected := subCounts(env.FaultCounts(), countsBefore)
-	probed := probes.Stop()
-	rss, anon := p.resetPeak()
-	ch.retries = retryDelta(retriesBefore, p.faultRetries(b, ns, rollout))
+	c.injected = subCounts(env.FaultCounts(), countsBefore)
+	c.probes = probes.Stop()
+	c.rss, c.anon = p.resetPeak()
+	c.retries = retryDelta(retriesBefore, p.faultRetries(b, ns, rollout))
+	c.gateFailed = gateDelta(gatesBefore, p.gateFailures(b, ns, rollout))
 	_, memberAfter := p.requests(b)
-	ch.memberBack = perCluster(memberMid, memberAfter)
-	ch.out = observe(b, hub, ns, rollout)
+	c.memberBack = perCluster(memberMid, memberAfter)
+	c.out = observe(b, hub, ns, rollout)
+	return c
+}
 
-	fmt.Printf("\n(e) chaos: the upgrade of (a) and the failed release with its RollbackAll of (b) again, with every open connection to every member reset every %s and new ones refused for %s after each reset (each member's first reset at a random point of its first interval); baseline: (a) and (b) above, same process, same controller, without faults (baseline first; then a person's rollback to mysql-a without faults; then the chaos run)\n",
-		chaosFaults.ResetEvery, testbed.DefaultRefuseFor)
-	fmt.Printf("    faults injected over the chaos run's %.1f s: %s; before it, without faults: %s\n", chaosWall.Seconds(), injected, countsBefore)
-	fmt.Printf("    retries the controller made in place (rewind_fault_retries_total): %s; without faults: %s\n", retrySummary(ch.retries, members), retrySummary(base.retries, members))
-	fmt.Printf("    the members' health probes: %s\n", probed)
-	fmt.Printf("    member API requests by the controller, per cluster: %s for the upgrade (without faults %s), %s for the failed release and its rollback (without faults %s)\n",
-		ch.memberUp, base.memberUp, ch.memberBack, base.memberBack)
-	fmt.Printf("    controller peak RSS during the chaos run: %.0f MiB (anonymous %.0f MiB)\n", float64(rss)/(1<<20), float64(anon)/(1<<20))
-	fmt.Printf("    %-72s %9s %9s %7s\n", "wall time", "no faults", "faults", "ratio")
-	row := func(what string, a, c time.Duration, target bool) {
+// chaos is (e): base is (a) and (b), the upgrade to mysql-b and the RollbackAll from
+// mysql-picky, without faults. The same cycle runs again to a release the fleet never ran
+// (mysql-c) with every open connection to every member reset every 10 s, then once more
+// without faults (mysql-d), all in the same process with the same controller: a run without
+// faults on each side of the chaos run.
+func chaos(b *testing.B, hub client.Client, p *controllerProcess, ns string, names []string, before cycle) {
+	makeRelease(b, hub, ns, "mysql-c", "2.1.0", "")
+	makeRelease(b, hub, ns, "mysql-d", "2.2.0", "")
+	before.out = observe(b, hub, ns, "fleet")
+	before.injected = env.FaultCounts() // everything since the testbed started: (a), (b) and what came before
+	faults := chaosFaults
+	ch := runCycle(b, hub, p, ns, names, "mysql-c", &faults)
+	after := runCycle(b, hub, p, ns, names, "mysql-d", nil)
+	last := names[len(names)-1]
+
+	fmt.Printf("\n(e) chaos: the cycle of (a) and (b) (an upgrade, canary wave then fleet wave, to a release the fleet never ran; then mysql-picky, whose gate fails on %s, and the RollbackAll of every cluster) with every open connection to every member reset every %s and new ones refused for %s after each reset (the members staggered: some member is reset every %s, from the start of the upgrade); interleaved with the same cycle without faults, same process, same controller: (a) and (b) to mysql-b before it, the chaos run to mysql-c, then once more without faults to mysql-d\n",
+		last, chaosFaults.ResetEvery, testbed.DefaultRefuseFor, chaosFaults.ResetEvery/time.Duration(members))
+	fmt.Printf("    faults injected over the chaos run's %.1f s (the proxy's counters): %s; without faults: %s (since the testbed started, through (a) and (b)), %s (after)\n",
+		ch.wall.Seconds(), ch.injected, before.injected, after.injected)
+	fmt.Printf("    retries the controller made in place (rewind_fault_retries_total): %s; without faults: %s (before), %s (after)\n",
+		retrySummary(ch.retries, members), retrySummary(before.retries, members), retrySummary(after.retries, members))
+	fmt.Printf("    the members' health probes during the chaos run: %s\n", ch.probes)
+	fmt.Printf("    member API requests by the controller, per cluster, for the upgrade: %s with faults, %s and %s without; for the failed release and its rollback: %s with faults, %s and %s without\n",
+		ch.memberUp, before.memberUp, after.memberUp, ch.memberBack, before.memberBack, after.memberBack)
+	fmt.Printf("    controller peak RSS: %.0f MiB during the chaos run (anonymous %.0f MiB), %.0f MiB during the run after it\n",
+		float64(ch.rss)/(1<<20), float64(ch.anon)/(1<<20), float64(after.rss)/(1<<20))
+	fmt.Printf("    %-64s %10s %10s %10s %14s\n", "wall time", "no faults", "faults", "no faults", "ratio")
+	fmt.Printf("    %-64s %10s %10s %10s %14s\n", "", "(before)", "", "(after)", "(to the mean)")
+	row := func(what string, x, y, z time.Duration, target bool) {
 		t := ""
 		if target {
 			t = fmt.Sprintf(" (target <= %.1f)", chaosTarget)
 		}
-		if a <= 0 || c <= 0 {
-			fmt.Printf("    %-72s %9s %9s %7s\n", what, a.Round(10*time.Millisecond), c.Round(10*time.Millisecond), "-")
+		mean := (x + z) / 2
+		if x <= 0 || y <= 0 || z <= 0 {
+			fmt.Printf("    %-64s %9.2fs %9.2fs %9.2fs %14s\n", what, x.Seconds(), y.Seconds(), z.Seconds(), "-")
 			return
 		}
-		fmt.Printf("    %-72s %8.2fs %8.2fs %6.2fx%s\n", what, a.Seconds(), c.Seconds(), ratio(c, a), t)
+		fmt.Printf("    %-64s %9.2fs %9.2fs %9.2fs %13.2fx%s\n", what, x.Seconds(), y.Seconds(), z.Seconds(), ratio(y, mean), t)
 	}
-	row("upgrade, release set to Rollout Succeeded", base.upgrade, ch.upgrade, true)
-	row("  canary wave (1 cluster)", base.canary, ch.canary, false)
-	row(fmt.Sprintf("  fleet wave (%d clusters)", members-1), base.wave, ch.wave, false)
-	row(fmt.Sprintf("failed release set to failed gate (%s's %s gate timeout in it)", last, gateTimeout), base.gate, ch.gate, false)
-	row(fmt.Sprintf("RollbackAll of %d clusters, failed gate to all restored and healthy", members), base.rollback, ch.rollback, true)
-	row("  the restores alone (first start to last finish)", base.restores, ch.restores, false)
-	fmt.Printf("    outcome without faults: %s\n", base.summary(members))
-	fmt.Printf("    outcome with faults:    %s\n", ch.summary(members))
-	diffs := ch.differences(base)
-	for _, m := range slices.Sorted(maps.Keys(base.out.exact)) {
-		if base.out.exact[m] != "" {
-			diffs = append(diffs, fmt.Sprintf("%s is not exact after the rollback without faults", m))
+	row("upgrade: release set to Rollout Succeeded", before.upgrade, ch.upgrade, after.upgrade, true)
+	row("  canary wave (1 cluster)", before.canary, ch.canary, after.canary, false)
+	row(fmt.Sprintf("  fleet wave (%d clusters)", members-1), before.wave, ch.wave, after.wave, false)
+	row(fmt.Sprintf("mysql-picky set to failed gate (%s gate timeout in it)", gateTimeout), before.gate, ch.gate, after.gate, false)
+	row(fmt.Sprintf("RollbackAll of %d clusters: failed gate to restored and healthy", members), before.rollback, ch.rollback, after.rollback, true)
+	row("  the restores alone (first start to last finish)", before.restores, ch.restores, after.restores, false)
+	fmt.Printf("    outcome without faults (before): %s\n", before.summary(members))
+	fmt.Printf("    outcome with faults:             %s\n", ch.summary(members))
+	fmt.Printf("    outcome without faults (after):  %s\n", after.summary(members))
+	var diffs []string
+	for _, base := range []cycle{before, after} {
+		for m, e := range base.out.exact {
+			if e != "" {
+				diffs = append(diffs, fmt.Sprintf("%s is not exact after the rollback to %s without faults: %s", m, base.release, e))
+			}
 		}
+		diffs = append(diffs, ch.differences(base)...)
 	}
+	slices.Sort(diffs)
+	diffs = slices.Compact(diffs)
 	if len(diffs) == 0 {
-		fmt.Printf("    same result as without faults: yes (every target's path and phase, every member's record, the Rollout's phase, failed release and rollback, and every member exact)\n")
+		fmt.Printf("    same result as without faults: yes (the upgrade, the gate that failed, every target's path and phase, every member's record, the Rollout's phase, failed release and rollback; every member exact)\n")
 	} else {
 		fmt.Printf("    same result as without faults: NO\n")
 		for _, d := range diffs {
 			fmt.Printf("      %s\n", d)
 		}
-		b.Errorf("the chaos run did not end as the run without faults: %s", strings.Join(diffs, "; "))
+		b.Errorf("the chaos run did not end as the runs without faults: %s", strings.Join(diffs, "; "))
 	}
-	b.ReportMetric(ratio(ch.upgrade, base.upgrade), "chaos-upgrade/base")
-	if ch.rollback > 0 {
-		b.ReportMetric(ratio(ch.rollback, base.rollback), "chaos-rollback/base")
+	if before.upgrade > 0 && after.upgrade > 0 {
+		b.ReportMetric(ratio(ch.upgrade, (before.upgrade+after.upgrade)/2), "chaos-upgrade/base")
 	}
-	b.ReportMetric(float64(injected.ConnsReset), "conns-reset")
+	if ch.rollback > 0 && before.rollback > 0 && after.rollback > 0 {
+		b.ReportMetric(ratio(ch.rollback, (before.rollback+after.rollback)/2), "chaos-rollback/base")
+	}
+	b.ReportMetric(float64(ch.injected.ConnsReset), "conns-reset")
 	var retries float64
 	for _, v := range ch.retries {
 		retries += v
