@@ -76,7 +76,8 @@ type cycle struct {
 	rss, anon int64
 	// waited is each cluster/path that waited (status.waitingFor) and why.
 	waited map[string]string
-	// failed is each cluster/path seen failed, with its step and message.
+	// failed is each cluster/path seen failed, with its step and message (the watcher polls,
+	// so a failure the failure policy acts on at once may go unseen; gateFailed counts them).
 	failed map[string]string
 	// out is the end state after the rollback.
 	out outcome
@@ -443,16 +444,6 @@ func counted(m map[string]string) string {
 	return strings.Join(parts, ", ")
 }
 
-// failedSteps is each failed cluster with its step, without the messages (which hold times).
-func failedSteps(failed map[string]string) string {
-	var parts []string
-	for _, k := range slices.Sorted(maps.Keys(failed)) {
-		step, _, _ := strings.Cut(failed[k], ":")
-		parts = append(parts, k+" at "+step)
-	}
-	return cmpOr(strings.Join(parts, ", "), "none")
-}
-
 // gatesFailed formats gate failures by cluster.
 func gatesFailed(g map[string]float64) string {
 	var parts []string
@@ -475,13 +466,15 @@ func (c cycle) summary(clusters int) string {
 		}
 		inexact = append(inexact, m+": "+o.exact[m])
 	}
-	s := fmt.Sprintf("upgrade to %s: %s; mysql-picky: health gates failed on %s, targets seen failed: %s; then Rollout %s at %s (failed release held: %s; RolledBack condition: %s; last revisions: %s); targets of the last revision: %s; installed-version records: %s; %d of %d members exact (every object of the snapshot each was restored to equals the live one, %d objects compared)",
-		c.release, c.upgraded, gatesFailed(c.gateFailed), failedSteps(c.failed), o.phase, o.release, cmpOr(o.failedRelease, "none"), cmpOr(o.rolledBack, "none"), o.history,
+	s := fmt.Sprintf("upgrade to %s: %s; mysql-picky: health gates failed on %s; then Rollout %s at %s (failed release held: %s; RolledBack condition: %s; last revisions: %s); targets of the last revision: %s; installed-version records: %s; %d of %d members exact (every object of the snapshot each was restored to equals the live one, %d objects compared)",
+		c.release, c.upgraded, gatesFailed(c.gateFailed), o.phase, o.release, cmpOr(o.failedRelease, "none"), cmpOr(o.rolledBack, "none"), o.history,
 		counted(o.targets), counted(o.records), exact, clusters, objects)
 	if len(c.waited) > 0 {
 		s += fmt.Sprintf("; targets that waited: %v", c.waited)
 	}
 	for _, k := range slices.Sorted(maps.Keys(c.failed)) {
+		// The benchmark polls every 100 ms: a target is Failed only until the failure
+		// policy gives it a new revision, so this is seen in some runs, not all.
 		s += "\n      seen failed: " + k + " " + c.failed[k]
 	}
 	for _, m := range o.messages {
@@ -507,7 +500,6 @@ func (c cycle) differences(base cycle) []string {
 	}
 	same("upgrade", base.generic(base.upgraded), c.generic(c.upgraded))
 	same("health gates failed", gatesFailed(base.gateFailed), gatesFailed(c.gateFailed))
-	same("targets seen failed", failedSteps(base.failed), failedSteps(c.failed))
 	same("Rollout phase", base.out.phase, c.out.phase)
 	same("Rollout release", base.generic(base.out.release), c.generic(c.out.release))
 	same("failed release held", base.out.failedRelease, c.out.failedRelease)
@@ -656,7 +648,7 @@ func chaos(b *testing.B, hub client.Client, p *controllerProcess, ns string, nam
 	last := names[len(names)-1]
 
 	fmt.Printf("\n(e) chaos: the cycle of (a) and (b) (an upgrade, canary wave then fleet wave, to a release the fleet never ran; then mysql-picky, whose gate fails on %s, and the RollbackAll of every cluster) with every open connection to every member reset every %s and new ones refused for %s after each reset (the members staggered: some member is reset every %s, from the start of the upgrade); interleaved with the same cycle without faults, same process, same controller: (a) and (b) to mysql-b before it, the chaos run to mysql-c, then once more without faults to mysql-d\n",
-		last, chaosFaults.ResetEvery, testbed.DefaultRefuseFor, chaosFaults.ResetEvery/time.Duration(members))
+		last, chaosFaults.ResetEvery, testbed.DefaultRefuseFor, (chaosFaults.ResetEvery / time.Duration(members)).Round(10*time.Millisecond))
 	fmt.Printf("    faults injected over the chaos run's %.1f s (the proxy's counters): %s; without faults: %s (since the testbed started, through (a) and (b)), %s (after)\n",
 		ch.wall.Seconds(), ch.injected, before.injected, after.injected)
 	fmt.Printf("    retries the controller made in place (rewind_fault_retries_total): %s; without faults: %s (before), %s (after)\n",
