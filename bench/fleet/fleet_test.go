@@ -9,7 +9,11 @@
 //	(b) a RollbackAll of every cluster against the rollback of one;
 //	(c) the controller's peak RSS during (a) and (b);
 //	(d) hub API requests per cluster per rollout, and the Rollout's status size, at N clusters
-//	    and extrapolated to 1,000.
+//	    and extrapolated to 1,000;
+//	(e) the chaos run: the cycle of (a) and (b) again with every open connection to every member
+//	    reset every 10 s, against the same cycle without faults before and after it: the faults
+//	    injected, the retries the controller made, the outcome (every member compared object by
+//	    object with its snapshot) and the wall times (REWIND_FLEET_CHAOS=off skips it).
 //
 // Run it with `make bench-fleet`.
 package fleet
