@@ -74,6 +74,9 @@ type cycle struct {
 	probes string
 	// rss and anon are the controller's peak RSS and RssAnon during the cycle.
 	rss, anon int64
+	// stepsUp and stepsBack are the runs of each step (and the seconds they ran), summed over
+	// the clusters, in the upgrade and in the failed release with its rollback.
+	stepsUp, stepsBack map[string]stepRuns
 	// waited is each cluster/path that waited (status.waitingFor) and why.
 	waited map[string]string
 	// failed is each cluster/path seen failed, with its step and message (the watcher polls,
@@ -81,6 +84,62 @@ type cycle struct {
 	failed map[string]string
 	// out is the end state after the rollback.
 	out outcome
+}
+
+// stepRuns is how often a step ran (a run that met a fault and was retried counts as one) and
+// the seconds those runs took (not the backoff between them), summed over the clusters.
+type stepRuns struct {
+	runs    float64
+	seconds float64
+}
+
+// stepTotals reads rewind_step_duration_seconds of a rollout: runs and seconds by step, summed
+// over the clusters.
+func (p *controllerProcess) stepTotals(b *testing.B, rollout string) map[string]stepRuns {
+	out := map[string]stepRuns{}
+	for _, suffix := range []string{"_count", "_sum"} {
+		for _, s := range p.samples(b, "rewind_step_duration_seconds"+suffix) {
+			if s.label("rollout") != rollout {
+				continue
+			}
+			r := out[s.label("step")]
+			if suffix == "_count" {
+				r.runs += s.value
+			} else {
+				r.seconds += s.value
+			}
+			out[s.label("step")] = r
+		}
+	}
+	return out
+}
+
+// stepDelta is the runs between two readings of stepTotals.
+func stepDelta(before, after map[string]stepRuns) map[string]stepRuns {
+	out := map[string]stepRuns{}
+	for st, a := range after {
+		if d := (stepRuns{a.runs - before[st].runs, a.seconds - before[st].seconds}); d.runs > 0 {
+			out[st] = d
+		}
+	}
+	return out
+}
+
+// stepCompare formats the runs and seconds of each step without faults and with them.
+func stepCompare(without, with map[string]stepRuns) string {
+	steps := map[string]bool{}
+	for st := range without {
+		steps[st] = true
+	}
+	for st := range with {
+		steps[st] = true
+	}
+	var parts []string
+	for _, st := range slices.Sorted(maps.Keys(steps)) {
+		a, c := without[st], with[st]
+		parts = append(parts, fmt.Sprintf("%s %.0f runs %.1f s -> %.0f runs %.1f s", st, a.runs, a.seconds, c.runs, c.seconds))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // retryKey is one series of rewind_fault_retries_total within a rollout.
@@ -152,8 +211,18 @@ func retrySummary(r map[retryKey]float64, clusters int) string {
 			most, top = c, byCluster[c]
 		}
 	}
-	return fmt.Sprintf("%.0f in all; by step: %s; %d of %d clusters retried, at most %.0f on one (%s)",
-		total, strings.Join(steps, ", "), len(byCluster), clusters, top, most)
+	keys := slices.SortedFunc(maps.Keys(r), func(a, b retryKey) int {
+		if r[a] != r[b] {
+			return cmpFloat(r[b], r[a])
+		}
+		return strings.Compare(a.cluster+a.step, b.cluster+b.step)
+	})
+	var tops []string
+	for _, k := range keys[:min(3, len(keys))] {
+		tops = append(tops, fmt.Sprintf("%s %s %.0f", k.cluster, k.step, r[k]))
+	}
+	return fmt.Sprintf("%.0f in all; by step: %s; %d of %d clusters retried, at most %.0f on one (%s); most in one step: %s",
+		total, strings.Join(steps, ", "), len(byCluster), clusters, top, most, strings.Join(tops, ", "))
 }
 
 // subCounts is the faults injected between two readings of FaultCounts (no HTTP faults here).
@@ -221,6 +290,16 @@ func (w *probeWatch) Stop() string {
 		s += fmt.Sprintf(" (%d scrapes of /metrics failed)", w.errs)
 	}
 	return s
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }
 
 func cmpOr(s, alt string) string {
@@ -576,6 +655,7 @@ func runCycle(b *testing.B, hub client.Client, p *controllerProcess, ns string, 
 	countsBefore := env.FaultCounts()
 	retriesBefore, gatesBefore := p.faultRetries(b, ns, rollout), p.gateFailures(b, ns, rollout)
 	_, memberBefore := p.requests(b)
+	stepsBefore := p.stepTotals(b, rollout)
 	_, _ = p.resetPeak()
 	probes := watchProbes(p)
 	if faults != nil {
@@ -594,6 +674,8 @@ func runCycle(b *testing.B, hub client.Client, p *controllerProcess, ns string, 
 	c.failed = w.failed
 	_, memberMid := p.requests(b)
 	c.memberUp = perCluster(memberBefore, memberMid)
+	stepsMid := p.stepTotals(b, rollout)
+	c.stepsUp = stepDelta(stepsBefore, stepsMid)
 
 	if upgraded.Status.Phase == v1alpha1.RolloutSucceeded && upgraded.Status.CurrentRelease == release {
 		rev = upgraded.Status.Revision
@@ -628,6 +710,7 @@ func runCycle(b *testing.B, hub client.Client, p *controllerProcess, ns string, 
 	c.gateFailed = gateDelta(gatesBefore, p.gateFailures(b, ns, rollout))
 	_, memberAfter := p.requests(b)
 	c.memberBack = perCluster(memberMid, memberAfter)
+	c.stepsBack = stepDelta(stepsMid, p.stepTotals(b, rollout))
 	c.out = observe(b, hub, ns, rollout)
 	return c
 }
@@ -656,6 +739,9 @@ func chaos(b *testing.B, hub client.Client, p *controllerProcess, ns string, nam
 	fmt.Printf("    the members' health probes during the chaos run: %s\n", ch.probes)
 	fmt.Printf("    member API requests by the controller, per cluster, for the upgrade: %s with faults, %s and %s without; for the failed release and its rollback: %s with faults, %s and %s without\n",
 		ch.memberUp, before.memberUp, after.memberUp, ch.memberBack, before.memberBack, after.memberBack)
+	fmt.Printf("    step runs (a run that meets a fault and is retried counts again) and seconds running (backoff excluded), summed over the %d clusters, without faults (after) -> with faults:\n", members)
+	fmt.Printf("      upgrade: %s\n", stepCompare(after.stepsUp, ch.stepsUp))
+	fmt.Printf("      failed release and its rollback: %s\n", stepCompare(after.stepsBack, ch.stepsBack))
 	fmt.Printf("    controller peak RSS: %.0f MiB during the chaos run (anonymous %.0f MiB), %.0f MiB during the run after it\n",
 		float64(ch.rss)/(1<<20), float64(ch.anon)/(1<<20), float64(after.rss)/(1<<20))
 	fmt.Printf("    %-64s %10s %10s %10s %14s\n", "wall time", "no faults", "faults", "no faults", "ratio")
