@@ -212,7 +212,9 @@ func TestCompareCRDs(t *testing.T) {
 			editProp(n, "labels", func(p *apiextensionsv1.JSONSchemaProps) { p.Default = js(`{ "b": "2", "a": "1" }`) })
 		}},
 		{name: "enum narrowed", change: func(_, n *apiextensionsv1.CustomResourceDefinition) {
-			editProp(n, "mode", func(p *apiextensionsv1.JSONSchemaProps) { p.Enum = []apiextensionsv1.JSON{*js(`"fast"`), *js(`"safe"`)} })
+			editProp(n, "mode", func(p *apiextensionsv1.JSONSchemaProps) {
+				p.Enum = []apiextensionsv1.JSON{*js(`"fast"`), *js(`"safe"`)}
+			})
 		}, want: []string{"error EnumNarrowed v1 .spec.mode"}},
 		{name: "enum added", change: func(_, n *apiextensionsv1.CustomResourceDefinition) {
 			editProp(n, "name", func(p *apiextensionsv1.JSONSchemaProps) { p.Enum = []apiextensionsv1.JSON{*js(`"a"`)} })
@@ -227,7 +229,9 @@ func TestCompareCRDs(t *testing.T) {
 			editProp(n, "size", func(p *apiextensionsv1.JSONSchemaProps) { p.ExclusiveMaximum = true })
 		}, want: []string{"error BoundTightened v1 .spec.size"}},
 		{name: "lengths and items tightened", change: func(_, n *apiextensionsv1.CustomResourceDefinition) {
-			editProp(n, "name", func(p *apiextensionsv1.JSONSchemaProps) { p.MinLength, p.MaxLength = ptr.To[int64](2), ptr.To[int64](32) })
+			editProp(n, "name", func(p *apiextensionsv1.JSONSchemaProps) {
+				p.MinLength, p.MaxLength = ptr.To[int64](2), ptr.To[int64](32)
+			})
 			editProp(n, "tags", func(p *apiextensionsv1.JSONSchemaProps) { p.MaxItems, p.MinItems = ptr.To[int64](3), ptr.To[int64](1) })
 			editProp(n, "labels", func(p *apiextensionsv1.JSONSchemaProps) { p.MaxProperties = ptr.To[int64](8) })
 		}, want: []string{
