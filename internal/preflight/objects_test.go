@@ -387,3 +387,66 @@ spec:
 		t.Errorf("the vault SecretStore's round trip:\n%s", findingLines(got))
 	}
 }
+
+func TestPlanCluster(t *testing.T) {
+	v1, v2, _ := mysqlCRDs(t)
+	widgets := loadCRD(t, widgetCRD)
+	narrowed := loadCRD(t, widgetCRD)
+	editProp(narrowed, "mode", func(p *apiextensionsv1.JSONSchemaProps) {
+		p.Enum = []apiextensionsv1.JSON{*js(`"fast"`), *js(`"safe"`)}
+	})
+	live := v1.DeepCopy()
+	live.Status.StoredVersions = []string{"v1alpha1"}
+	other := loadCRD(t, strings.ReplaceAll(widgetCRD, "widgets", "gadgets"))
+	other.Spec.Names.Kind = "Gadget"
+
+	in := ClusterInput{
+		Release: map[string]*apiextensionsv1.CustomResourceDefinition{
+			v2.Name: v2, narrowed.Name: narrowed, "gadgets.example.com": other,
+		},
+		Live: map[string]*apiextensionsv1.CustomResourceDefinition{v1.Name: live, widgets.Name: widgets},
+		Objects: map[string][]*unstructured.Unstructured{
+			v1.Name:      objects(t, "apiVersion: database.example.com/v1alpha1\nkind: MySQLCluster\nmetadata: {name: orders, namespace: shop}\nspec: {replicas: 3, version: '8.0'}\n"),
+			widgets.Name: objects(t, widget("slow", "{size: 4, mode: slow}"), widget("fast", "{size: 1, mode: fast}")),
+			"leftovers.example.com": objects(t, "apiVersion: example.com/v1\nkind: Leftover\nmetadata: {name: x}\n"),
+		},
+	}
+	plan, err := PlanCluster(context.Background(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range plan.CRDs {
+		got = append(got, c.Name+" "+c.Action+" "+c.From+"->"+c.To)
+	}
+	want := []string{
+		"gadgets.example.com Create ->v1",
+		"mysqlclusters.database.example.com Update v1alpha1->v1beta1",
+		"widgets.example.com Update v1->v1",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("CRD plans:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if plan.Objects != 4 || plan.Bytes == 0 {
+		t.Errorf("snapshot: %d objects, %d bytes; want 4 objects and their bytes", plan.Objects, plan.Bytes)
+	}
+	errs := Errors(plan.Findings())
+	if g := objectKeys(errs); strings.Join(g, "\n") != "error EnumNarrowed  .spec.mode\nerror ObjectRefused shop/slow .spec.mode" {
+		t.Errorf("error findings:\n%s", findingLines(errs))
+	}
+	if n := len(Errors(plan.Findings(), CheckEnumNarrowed, CheckObjectRefused)); n != 0 {
+		t.Errorf("%d error findings left once EnumNarrowed and ObjectRefused are ignored, want 0", n)
+	}
+
+	// The same CRD is unchanged and not checked.
+	plan, err = PlanCluster(context.Background(), ClusterInput{
+		Release: map[string]*apiextensionsv1.CustomResourceDefinition{widgets.Name: widgets},
+		Live:    map[string]*apiextensionsv1.CustomResourceDefinition{widgets.Name: widgets},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.CRDs) != 1 || plan.CRDs[0].Action != ActionUnchanged || len(plan.Findings()) != 0 {
+		t.Errorf("same CRD: %+v", plan)
+	}
+}
