@@ -406,8 +406,8 @@ func TestPlanCluster(t *testing.T) {
 		},
 		Live: map[string]*apiextensionsv1.CustomResourceDefinition{v1.Name: live, widgets.Name: widgets},
 		Objects: map[string][]*unstructured.Unstructured{
-			v1.Name:      objects(t, "apiVersion: database.example.com/v1alpha1\nkind: MySQLCluster\nmetadata: {name: orders, namespace: shop}\nspec: {replicas: 3, version: '8.0'}\n"),
-			widgets.Name: objects(t, widget("slow", "{size: 4, mode: slow}"), widget("fast", "{size: 1, mode: fast}")),
+			v1.Name:                 objects(t, "apiVersion: database.example.com/v1alpha1\nkind: MySQLCluster\nmetadata: {name: orders, namespace: shop}\nspec: {replicas: 3, version: '8.0'}\n"),
+			widgets.Name:            objects(t, widget("slow", "{size: 4, mode: slow}"), widget("fast", "{size: 1, mode: fast}")),
 			"leftovers.example.com": objects(t, "apiVersion: example.com/v1\nkind: Leftover\nmetadata: {name: x}\n"),
 		},
 	}
