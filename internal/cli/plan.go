@@ -329,7 +329,7 @@ func printPlan(w io.Writer, plans []ClusterPreflight) {
 				line += fmt.Sprintf(" (storage %s -> %s)", c.From, c.To)
 			}
 			if c.Action != preflight.ActionCreate {
-				line += fmt.Sprintf(", %d custom resources, %s", c.Objects, kib(c.Bytes))
+				line += fmt.Sprintf(", %s, %s", plural(c.Objects, "custom resource"), kib(c.Bytes))
 				if c.Truncated {
 					line += " (only these were read: --max-objects)"
 				}
@@ -337,12 +337,20 @@ func printPlan(w io.Writer, plans []ClusterPreflight) {
 			fmt.Fprintln(w, line)
 			ftw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 			for _, f := range c.Findings {
-				where := strings.TrimSpace(strings.Join([]string{f.Version, f.Object, f.Path}, " "))
+				where := strings.Join(slices.DeleteFunc([]string{f.Version, f.Object, f.Path}, func(s string) bool { return s == "" }), " ")
 				fmt.Fprintf(ftw, "    %s\t%s\t%s\t%s\n", f.Severity, f.Check, dash(where), f.Message)
 			}
 			_ = ftw.Flush()
 		}
 	}
+}
+
+// plural prints n things.
+func plural(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
 }
 
 // kib prints a byte count in KiB with one decimal.
