@@ -81,9 +81,9 @@ func (c *comparison) compareSpec(old, new *apiextensionsv1.CustomResourceDefinit
 		nv := newVersions[ov.Name]
 		switch {
 		case nv == nil && ov.Served:
-			c.add(CheckServedVersionRemoved, SeverityError, ov.Name, "", "served version %s is removed: clients and manifests using %s stop working", ov.Name, apiVersion(old, ov.Name))
+			c.add(CheckServedVersionRemoved, SeverityWarning, ov.Name, "", "served version %s is removed: clients and manifests using %s stop working", ov.Name, apiVersion(old, ov.Name))
 		case nv != nil && ov.Served && !nv.Served:
-			c.add(CheckServedVersionRemoved, SeverityError, ov.Name, "", "version %s is no longer served: clients and manifests using %s stop working", ov.Name, apiVersion(old, ov.Name))
+			c.add(CheckServedVersionRemoved, SeverityWarning, ov.Name, "", "version %s is no longer served: clients and manifests using %s stop working", ov.Name, apiVersion(old, ov.Name))
 		}
 		if nv != nil {
 			c.compareVersion(&ov, nv)

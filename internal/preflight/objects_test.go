@@ -438,6 +438,27 @@ func TestPlanCluster(t *testing.T) {
 		t.Errorf("%d error findings left once EnumNarrowed and ObjectRefused are ignored, want 0", n)
 	}
 
+	// A narrowed enum no live object uses: every object was read, none is refused, so the
+	// finding is a warning; when the objects were cut at a bound it stays an error.
+	for _, truncated := range []bool{false, true} {
+		plan, err = PlanCluster(context.Background(), ClusterInput{
+			Release:   map[string]*apiextensionsv1.CustomResourceDefinition{narrowed.Name: narrowed},
+			Live:      map[string]*apiextensionsv1.CustomResourceDefinition{widgets.Name: widgets},
+			Objects:   map[string][]*unstructured.Unstructured{widgets.Name: objects(t, widget("fast", "{size: 1, mode: fast}"))},
+			Truncated: map[string]bool{widgets.Name: truncated},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "warning EnumNarrowed  .spec.mode"
+		if truncated {
+			want = "error EnumNarrowed  .spec.mode"
+		}
+		if g := strings.Join(objectKeys(plan.Findings()), "\n"); g != want {
+			t.Errorf("truncated %t: findings\n%s\nwant %s", truncated, findingLines(plan.Findings()), want)
+		}
+	}
+
 	// The same CRD is unchanged and not checked.
 	plan, err = PlanCluster(context.Background(), ClusterInput{
 		Release: map[string]*apiextensionsv1.CustomResourceDefinition{widgets.Name: widgets},

@@ -100,6 +100,9 @@ func PlanCluster(ctx context.Context, in ClusterInput) (ClusterPlan, error) {
 			}
 			c.Findings = append(c.Findings, found...)
 		}
+		if !c.Truncated {
+			verified(c.Findings, c.Objects)
+		}
 		plan.add(c)
 	}
 	for _, name := range sortedKeys(in.Objects) {
@@ -116,6 +119,37 @@ func (p *ClusterPlan) add(c CRDPlan) {
 	p.CRDs = append(p.CRDs, c)
 	p.Objects += c.Objects
 	p.Bytes += c.Bytes
+}
+
+// objectChecks are what the object checks find of a CRD's live objects.
+var objectChecks = map[Check]bool{
+	CheckObjectRefused: true, CheckRoundTripRefused: true, CheckFieldLost: true, CheckConversionNotVerified: true,
+}
+
+// verifiedChecks are the schema changes whose harm to existing objects the object checks
+// measure: a narrowed enum, a tightened bound, a new required field, a changed type, a changed
+// default, a removed field.
+var verifiedChecks = map[Check]bool{
+	CheckEnumNarrowed: true, CheckBoundTightened: true, CheckRequiredFieldAdded: true, CheckTypeChanged: true,
+	CheckDefaultChanged: true, CheckFieldRemoved: true,
+}
+
+// verified lowers the error findings of verifiedChecks to warnings when every live object of
+// the CRD was read and checked (objects of them) and none was refused, lost a field or went
+// unverified: the change breaks no existing object, only new ones that rely on what changed.
+// OLM, which cannot see the objects, must block on them; rewind can look.
+func verified(fs []Finding, objects int) {
+	for _, f := range fs {
+		if objectChecks[f.Check] {
+			return
+		}
+	}
+	for i := range fs {
+		if fs[i].Severity == SeverityError && verifiedChecks[fs[i].Check] {
+			fs[i].Severity = SeverityWarning
+			fs[i].Message += fmt.Sprintf("; no live object is affected (%d checked against the new schema and round-tripped)", objects)
+		}
+	}
 }
 
 func hasCheck(fs []Finding, c Check) bool {
