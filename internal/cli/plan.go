@@ -11,11 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
@@ -205,8 +202,6 @@ func rolloutClusters(ro *v1alpha1.Rollout, members []v1alpha1.MemberCluster) ([]
 	return out, nil
 }
 
-var crdGVK = apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition")
-
 // planCluster reads the member's CRDs of the release and their custom resources and plans the
 // release there.
 func planCluster(ctx context.Context, hub client.Client, mc *v1alpha1.MemberCluster, operator string, crds map[string]*apiextensionsv1.CustomResourceDefinition, maxObjects int, p *ClusterPreflight) error {
@@ -225,31 +220,9 @@ func planCluster(ctx context.Context, hub client.Client, mc *v1alpha1.MemberClus
 	if rec != nil {
 		p.Installed = fmt.Sprintf("%s (%s)", rec.Release, rec.Version)
 	}
-	in := preflight.ClusterInput{
-		Release:   crds,
-		Live:      map[string]*apiextensionsv1.CustomResourceDefinition{},
-		Objects:   map[string][]*unstructured.Unstructured{},
-		Truncated: map[string]bool{},
-	}
-	for name := range crds {
-		u := &unstructured.Unstructured{}
-		u.SetGroupVersionKind(crdGVK)
-		if err := cl.Client.Get(ctx, client.ObjectKey{Name: name}, u); err != nil {
-			if apierrors.IsNotFound(err) {
-				continue
-			}
-			return fmt.Errorf("reading CRD %s: %w", name, err)
-		}
-		live, err := preflight.ToCRD(u)
-		if err != nil {
-			return err
-		}
-		in.Live[name] = live
-		objs, truncated, err := listCustomResources(ctx, cl, live, maxObjects)
-		if err != nil {
-			return err
-		}
-		in.Objects[name], in.Truncated[name] = objs, truncated
+	in, err := preflight.Read(ctx, cl, crds, maxObjects)
+	if err != nil {
+		return err
 	}
 	plan, err := preflight.PlanCluster(ctx, in)
 	if err != nil {
@@ -257,41 +230,6 @@ func planCluster(ctx context.Context, hub client.Client, mc *v1alpha1.MemberClus
 	}
 	p.ClusterPlan = plan
 	return nil
-}
-
-// listCustomResources reads up to max objects of a live CRD at its storage version, page by page.
-func listCustomResources(ctx context.Context, cl *member.Cluster, crd *apiextensionsv1.CustomResourceDefinition, max int) ([]*unstructured.Unstructured, bool, error) {
-	version := ""
-	for _, v := range crd.Spec.Versions {
-		if v.Storage {
-			version = v.Name
-		}
-	}
-	if version == "" {
-		return nil, false, fmt.Errorf("CRD %s has no storage version", crd.Name)
-	}
-	gvr := schema.GroupVersionResource{Group: crd.Spec.Group, Version: version, Resource: crd.Spec.Names.Plural}
-	var out []*unstructured.Unstructured
-	opts := metav1.ListOptions{Limit: 500}
-	for {
-		if left := int64(max - len(out)); left < opts.Limit {
-			opts.Limit = left
-		}
-		list, err := cl.Dynamic.Resource(gvr).List(ctx, opts)
-		if err != nil {
-			return nil, false, fmt.Errorf("listing %s: %w", gvr.GroupResource(), err)
-		}
-		for i := range list.Items {
-			out = append(out, &list.Items[i])
-		}
-		opts.Continue = list.GetContinue()
-		if opts.Continue == "" {
-			return out, false, nil
-		}
-		if len(out) >= max {
-			return out, true, nil
-		}
-	}
 }
 
 func printPlan(w io.Writer, plans []ClusterPreflight) {

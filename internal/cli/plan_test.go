@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -67,6 +68,8 @@ spec:
 		t.Fatalf("release create %s: %v\n%s", name, err, out)
 	}
 }
+
+var crdGVK = apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition")
 
 var gizmos = schema.GroupVersionResource{Group: "plan.example.com", Version: "v1", Resource: "gizmos"}
 
