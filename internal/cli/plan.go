@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -30,6 +31,25 @@ type ClusterPreflight struct {
 	// Error says why the cluster could not be planned (unreachable, unreadable).
 	Error string `json:"error,omitempty"`
 	preflight.ClusterPlan
+	// Changes is what a server-side dry run of the release's apply would create and update.
+	Changes []preflight.ObjectChange `json:"changes,omitempty"`
+}
+
+// refusedApplies are the release's objects the dry run was refused for, as findings.
+func (p ClusterPreflight) refusedApplies() []preflight.Finding {
+	var out []preflight.Finding
+	for _, c := range p.Changes {
+		if c.Refused != "" {
+			out = append(out, preflight.Finding{Check: preflight.CheckApplyRefused, Severity: preflight.SeverityError,
+				Object: c.Kind + " " + strings.TrimPrefix(c.Namespace+"/"+c.Name, "/"), Message: c.Refused})
+		}
+	}
+	return out
+}
+
+// Findings returns the plan's findings and the refused applies.
+func (p ClusterPreflight) Findings() []preflight.Finding {
+	return append(p.ClusterPlan.Findings(), p.refusedApplies()...)
 }
 
 // planDefaultMaxObjects bounds the custom resources read per CRD and cluster.
@@ -57,7 +77,11 @@ against them, without changing anything:
   - the round trip: each custom resource converted to the new storage version and back, with
     every field that does not survive (a conversion webhook cannot be called from here: it is
     reported as not verified, never as safe);
-  - the custom resources and bytes the snapshot before the change will hold.
+  - the custom resources and bytes the snapshot before the change will hold;
+  - the release's objects a server-side dry run of its apply (dryRun=All, as rewind applies:
+    field manager rewind, forced) would create or update, with a diff of the changed fields
+    (Secret values are never shown), and what validation, admission or webhooks refuse. The
+    dry run uses the release's own manifests (not spec.valuesFrom renderings).
 
 At most --max-objects custom resources are read per CRD and cluster. Exits non-zero when a
 finding has error severity or a cluster cannot be read.`,
@@ -147,7 +171,7 @@ func planRollout(ctx context.Context, c client.Client, ns, rolloutName, relName 
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			p := ClusterPreflight{Cluster: cw.mc.Name, Wave: cw.wave}
-			if err := planCluster(ctx, c, cw.mc, ro.Spec.Operator, crds, maxObjects, &p); err != nil {
+			if err := planCluster(ctx, c, cw.mc, ro, objs, crds, maxObjects, &p); err != nil {
 				p.Error = err.Error()
 			}
 			plans[i] = p
@@ -204,7 +228,8 @@ func rolloutClusters(ro *v1alpha1.Rollout, members []v1alpha1.MemberCluster) ([]
 
 // planCluster reads the member's CRDs of the release and their custom resources and plans the
 // release there.
-func planCluster(ctx context.Context, hub client.Client, mc *v1alpha1.MemberCluster, operator string, crds map[string]*apiextensionsv1.CustomResourceDefinition, maxObjects int, p *ClusterPreflight) error {
+func planCluster(ctx context.Context, hub client.Client, mc *v1alpha1.MemberCluster, ro *v1alpha1.Rollout, objs []*unstructured.Unstructured, crds map[string]*apiextensionsv1.CustomResourceDefinition, maxObjects int, p *ClusterPreflight) error {
+	operator := ro.Spec.Operator
 	cfg, err := member.ConfigFor(ctx, hub, mc)
 	if err != nil {
 		return err
@@ -229,6 +254,9 @@ func planCluster(ctx context.Context, hub client.Client, mc *v1alpha1.MemberClus
 		return err
 	}
 	p.ClusterPlan = plan
+	if p.Changes, err = preflight.DryRun(ctx, cl, objs, ro.Spec.InstallNamespace); err != nil {
+		return fmt.Errorf("dry run of the release's apply: %w", err)
+	}
 	return nil
 }
 
@@ -279,6 +307,33 @@ func printPlan(w io.Writer, plans []ClusterPreflight) {
 				fmt.Fprintf(ftw, "    %s\t%s\t%s\t%s\n", f.Severity, f.Check, dash(where), f.Message)
 			}
 			_ = ftw.Flush()
+		}
+		printChanges(w, p.Changes)
+	}
+}
+
+// printChanges prints what the dry run of the apply would do.
+func printChanges(w io.Writer, changes []preflight.ObjectChange) {
+	count := map[string]int{}
+	for _, c := range changes {
+		count[c.Action]++
+	}
+	fmt.Fprintf(w, "  apply (dry run): %d to create, %d to update, %d unchanged\n",
+		count[preflight.ActionCreate], count[preflight.ActionUpdate], count[preflight.ActionUnchanged])
+	for _, c := range changes {
+		if c.Action == preflight.ActionUnchanged && c.Refused == "" {
+			continue
+		}
+		line := fmt.Sprintf("    %s %s %s", c.Action, c.Kind, strings.TrimPrefix(c.Namespace+"/"+c.Name, "/"))
+		if c.Note != "" {
+			line += " (" + c.Note + ")"
+		}
+		fmt.Fprintln(w, line)
+		if c.Refused != "" {
+			fmt.Fprintf(w, "      refused: %s\n", c.Refused)
+		}
+		for _, d := range c.Diff {
+			fmt.Fprintf(w, "      %s\n", d)
 		}
 	}
 }

@@ -44,11 +44,13 @@ spec:
 `
 }
 
-// createPlannedRelease creates release name of operator "planned" shipping plannedCRD(modes).
-func createPlannedRelease(t *testing.T, ns, name, version, modes string) {
+// createPlannedRelease creates release name of operator "planned" shipping plannedCRD(modes)
+// and a Secret holding password.
+func createPlannedRelease(t *testing.T, ns, name, version, modes, password string) {
 	t.Helper()
 	dir := t.TempDir()
 	writeFile(t, dir+"/crd.yaml", plannedCRD(modes))
+	writeFile(t, dir+"/secret.yaml", "apiVersion: v1\nkind: Secret\nmetadata: {name: planned-db}\nstringData: {password: "+password+"}\n")
 	writeFile(t, dir+"/deploy.yaml", `apiVersion: apps/v1
 kind: Deployment
 metadata:
@@ -84,8 +86,8 @@ func TestPlanNamesRefusedObjects(t *testing.T) {
 			t.Fatalf("clusters add: %v\n%s", err, out)
 		}
 	}
-	createPlannedRelease(t, ns, "planned-v1", "1.0.0", "fast, safe, slow")
-	createPlannedRelease(t, ns, "planned-v2", "2.0.0", "fast, safe")
+	createPlannedRelease(t, ns, "planned-v1", "1.0.0", "fast, safe, slow", "hunter2-one")
+	createPlannedRelease(t, ns, "planned-v2", "2.0.0", "fast, safe", "hunter2-two")
 
 	// planned-v1 on both members; member1 has a slow Gizmo, member2 only a fast one.
 	rel, objs := loadRelease(t, ns, "planned-v1")
@@ -148,6 +150,21 @@ func TestPlanNamesRefusedObjects(t *testing.T) {
 		if p.Error != "" || p.Installed != "planned-v1 (1.0.0)" || len(p.CRDs) != 1 || p.CRDs[0].Action != preflight.ActionUpdate {
 			t.Fatalf("%s: %+v", p.Cluster, p)
 		}
+		// The dry run of the apply: the CRD and the Secret change (its value never shown), the
+		// Deployment does not.
+		actions := map[string]string{}
+		for _, ch := range p.Changes {
+			actions[ch.Kind] = ch.Action
+			if ch.Kind == "Secret" && strings.Join(ch.Diff, ",") != "~ .data.password: (redacted) -> (redacted)" {
+				t.Errorf("%s: Secret diff %v", p.Cluster, ch.Diff)
+			}
+			if ch.Refused != "" {
+				t.Errorf("%s: the dry run refused %s %s: %s", p.Cluster, ch.Kind, ch.Name, ch.Refused)
+			}
+		}
+		if actions["CustomResourceDefinition"] != preflight.ActionUpdate || actions["Secret"] != preflight.ActionUpdate || actions["Deployment"] != preflight.ActionUnchanged {
+			t.Errorf("%s: dry-run actions %v", p.Cluster, actions)
+		}
 		if want := len(live[p.Cluster]); p.Objects != want || p.Bytes == 0 {
 			t.Errorf("%s: the snapshot would hold %d custom resources (%d bytes), want %d", p.Cluster, p.Objects, p.Bytes, want)
 		}
@@ -175,9 +192,15 @@ func TestPlanNamesRefusedObjects(t *testing.T) {
 	// The table says the same to a person.
 	out, _ = run(ctx, append([]string{"plan", "planned", "--release", "planned-v2"}, hubArgs(ns)...)...)
 	t.Logf("rewind plan planned --release planned-v2:\n%s", out)
-	for _, s := range []string{"CLUSTER", "canary", "CRD gizmos.plan.example.com: Update (storage v1 -> v1), 2 custom resources", "ObjectRefused", "plan-a/slow .spec.mode", `Unsupported value: "slow"`} {
+	for _, s := range []string{"CLUSTER", "canary", "CRD gizmos.plan.example.com: Update (storage v1 -> v1), 2 custom resources", "ObjectRefused", "plan-a/slow .spec.mode", `Unsupported value: "slow"`,
+		"apply (dry run): 0 to create, 2 to update, 1 unchanged", "Update Secret planned-system/planned-db", "~ .data.password: (redacted) -> (redacted)"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("the plan table does not show %q:\n%s", s, out)
+		}
+	}
+	for _, secret := range []string{"hunter2", "aHVudGVyMi"} {
+		if strings.Contains(out, secret) {
+			t.Errorf("the plan shows a Secret's value:\n%s", out)
 		}
 	}
 
