@@ -465,3 +465,34 @@ func TestCompareCRDsESO(t *testing.T) {
 		t.Errorf("%d error findings once EnumNarrowed is ignored, want 0", n)
 	}
 }
+
+// Every check that can stop a release (error or warning severity) can be named in a Rollout's
+// spec.preflight.ignore, and nothing else: the CRD's enum is the list below.
+func TestIgnorableChecksMatchTheRolloutCRD(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "config", "crd", "bases", "rewind.dev_rollouts.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	crd := loadCRD(t, string(b))
+	props := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties["preflight"].Properties["ignore"]
+	var enum []string
+	for _, e := range props.Items.Schema.Enum {
+		enum = append(enum, strings.Trim(string(e.Raw), `"`))
+	}
+	sort.Strings(enum)
+	ignorable := []Check{
+		CheckStoredVersionRemoved, CheckScopeChanged, CheckServedVersionRemoved, CheckNamesChanged, CheckRequiredFieldAdded,
+		CheckFieldRemoved, CheckTypeChanged, CheckDefaultAdded, CheckDefaultChanged, CheckDefaultRemoved, CheckEnumNarrowed,
+		CheckBoundTightened, CheckPatternChanged, CheckFormatChanged, CheckNullableRemoved, CheckPreserveUnknownFields,
+		CheckListTypeChanged, CheckValidationRuleAdded, CheckConversionChanged, CheckUnknownChange,
+		CheckObjectRefused, CheckFieldLost, CheckFieldChanged, CheckRoundTripRefused, CheckConversionNotVerified,
+	}
+	var want []string
+	for _, c := range ignorable {
+		want = append(want, string(c))
+	}
+	sort.Strings(want)
+	if strings.Join(enum, ",") != strings.Join(want, ",") {
+		t.Errorf("spec.preflight.ignore allows\n%v\nthe checks that can stop a release are\n%v", enum, want)
+	}
+}
