@@ -164,7 +164,7 @@ var commandsWithOutput = []string{
 	"clusters add", "clusters list", "clusters check",
 	"release create",
 	"snapshot take", "snapshot list", "snapshot show", "snapshot diff", "snapshot verify", "snapshot restore", "snapshot import",
-	"rollout status", "rollout approve", "rollout pause", "rollout resume", "rollback", "retry", "history",
+	"rollout status", "rollout approve", "rollout pause", "rollout resume", "rollback", "retry", "history", "plan",
 	"testbed up", "testbed status",
 	"version",
 }
