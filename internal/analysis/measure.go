@@ -167,7 +167,9 @@ func (ms *Measurer) prometheus(ctx context.Context, p *v1alpha1.PrometheusMetric
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	v, _, err := promv1.NewAPI(c).Query(ctx, query, ms.now(), promv1.WithTimeout(timeout))
+	// At the server's now (no time parameter): the gate judges what Prometheus sees now,
+	// whatever the clock of the caller.
+	v, _, err := promv1.NewAPI(c).Query(ctx, query, time.Time{}, promv1.WithTimeout(timeout))
 	if err != nil {
 		if code >= 300 && code != http.StatusBadRequest && code != http.StatusUnprocessableEntity {
 			return nil, fmt.Errorf("querying %s: %w", p.Address, &statusError{code: code})
