@@ -323,14 +323,15 @@ func printRolloutStatus(out io.Writer, ro *v1alpha1.Rollout, targets []v1alpha1.
 	printMetrics(out, targets)
 }
 
-// printMetrics prints the metric analyses of the targets of their own revision, with their
-// last measurements.
+// printMetrics prints the metric analyses of the targets, with their last measurements; a
+// result of an earlier revision (the one a rollback undid) names it.
 func printMetrics(out io.Writer, targets []v1alpha1.RolloutTarget) {
 	first := true
 	for _, t := range targets {
 		for _, m := range t.Status.Metrics {
+			name := m.Name
 			if m.Revision != t.Spec.Revision {
-				continue
+				name = fmt.Sprintf("%s (revision %d)", m.Name, m.Revision)
 			}
 			if first {
 				fmt.Fprintln(out, "Metrics:")
@@ -345,7 +346,7 @@ func printMetrics(out io.Writer, targets []v1alpha1.RolloutTarget) {
 				last = append(last, v)
 			}
 			fmt.Fprintf(out, "  %s %s: %s, %d measured (%d successful, %d failed, %d inconclusive, %d errors); last: %s\n",
-				t.Spec.Cluster, m.Name, m.Phase, m.Count, m.Successful, m.Failed, m.Inconclusive, m.Error, dash(strings.Join(last, ", ")))
+				t.Spec.Cluster, name, m.Phase, m.Count, m.Successful, m.Failed, m.Inconclusive, m.Error, dash(strings.Join(last, ", ")))
 		}
 	}
 }

@@ -7,6 +7,7 @@ package metrics
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -127,11 +128,11 @@ func TestMetricGatePassesThenFailsAndRollsBack(t *testing.T) {
 	}
 	tg := f.Target("member1")
 	r := metricOf(tg, "error-ratio")
-	if r == nil || r.Phase != v1alpha1.MetricFailed || r.Measurements[len(r.Measurements)-1].Value != "[0.3]" {
-		t.Errorf("member1 metric after the rollback: %+v, want the Failed measurement [0.3]", r)
+	if r == nil || r.Phase != v1alpha1.MetricFailed || r.Revision != tg.Spec.Revision-1 || r.Measurements[len(r.Measurements)-1].Value != "[0.3]" {
+		t.Fatalf("member1 metric after the rollback (revision %d): %+v, want revision %d's Failed measurement [0.3]", tg.Spec.Revision, r, tg.Spec.Revision-1)
 	}
 	out := suite.Rewind(t, f.NS, "rollout", "status", f.Name)
-	if !strings.Contains(out, "member1 error-ratio: Failed") || !strings.Contains(out, "Failed [0.3]") {
+	if !strings.Contains(out, fmt.Sprintf("member1 error-ratio (revision %d): Failed", r.Revision)) || !strings.Contains(out, "Failed [0.3]") {
 		t.Errorf("rewind rollout status must show the failed measurement:\n%s", out)
 	}
 }

@@ -131,13 +131,10 @@ func (r *Reconciler) reconcile(ctx context.Context, x *execution) (ctrl.Result, 
 	st := &t.Status
 	if st.Revision != t.Spec.Revision || st.Path != t.Spec.Path {
 		// A new plan (a new revision, or a path the Rollout's failure policy changed): a new
-		// journal. The metric results of the revision are kept when only the path changed
-		// (they say why the cluster is rolled back); those of another revision are not.
-		var metrics []v1alpha1.MetricResult
-		if st.Revision == t.Spec.Revision {
-			metrics = st.Metrics
-		}
-		*st = v1alpha1.RolloutTargetStatus{Revision: t.Spec.Revision, Path: t.Spec.Path, Phase: v1alpha1.ClusterPending, Metrics: metrics}
+		// journal. The metric results are kept, each stamped with its revision, so that the
+		// rollback of a revision that failed its metrics still shows why; they never count
+		// for another revision (analyze drops them before it measures).
+		*st = v1alpha1.RolloutTargetStatus{Revision: t.Spec.Revision, Path: t.Spec.Path, Phase: v1alpha1.ClusterPending, Metrics: st.Metrics}
 	}
 	st.ObservedGeneration = t.Generation
 	if !t.Spec.Start {
