@@ -30,8 +30,8 @@ const historyLimit = 20
 // checked first (the release loads, the CEL checks and the metrics' queries and conditions
 // compile, the waves resolve to clusters), so a mistake stops the rollout before any cluster
 // changes. Then each cluster's path is planned, the targets are written, and the revision is
-// recorded. automatic is the reason when the
-// failure policy rolls back (spec.release is left as it is).
+// recorded. automatic is the reason when the failure policy rolls back (spec.release is left
+// as it is).
 func (r *Reconciler) startRevision(ctx context.Context, s *scope, rel, automatic string) error {
 	ro := s.ro
 	relObj, _, err := r.Releases.Load(ctx, r.Hub, ro.Namespace, rel)
