@@ -15,7 +15,9 @@ import (
 func TestRolloutStatusShowsMetrics(t *testing.T) {
 	ro := &v1alpha1.Rollout{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "mysql"},
 		Spec: v1alpha1.RolloutSpec{Operator: "mysql-operator", Waves: []v1alpha1.Wave{{Name: "canary"}}}}
-	ms := func(phase, value string) v1alpha1.Measurement { return v1alpha1.Measurement{Phase: phase, Value: value} }
+	ms := func(phase, value string) v1alpha1.Measurement {
+		return v1alpha1.Measurement{Phase: phase, Value: value}
+	}
 	targets := []v1alpha1.RolloutTarget{
 		{Spec: v1alpha1.RolloutTargetSpec{Cluster: "member1", Revision: 3, Path: v1alpha1.PathRestore, ToRelease: "mysql-a"},
 			Status: v1alpha1.RolloutTargetStatus{Revision: 3, Path: v1alpha1.PathRestore, Metrics: []v1alpha1.MetricResult{{
