@@ -93,6 +93,15 @@ type HealthGates struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=64
 	CEL []CELCheck `json:"cel,omitempty"`
+	// metrics are metric analyses (Argo Rollouts' field names; conditions in CEL) run once
+	// every object is healthy, on the upgrade path: a failed metric, or too many errors in a
+	// row, fails the gate and the failure policy acts; an inconclusive one holds the cluster
+	// until a person approves (rewind rollout approve) or rolls back.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	Metrics []Metric `json:"metrics,omitempty"`
 }
 
 // RolloutSpec is the desired release of an operator across member clusters.

@@ -161,6 +161,13 @@ type RolloutTargetStatus struct {
 	// healthCheckedAt is when health was last checked during a bake.
 	// +optional
 	HealthCheckedAt *metav1.Time `json:"healthCheckedAt,omitempty"`
+	// metrics are the health gate's metric analyses of this revision, with their last
+	// measurements.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	Metrics []MetricResult `json:"metrics,omitempty"`
 }
 
 // RolloutTarget is one member cluster's part of one Rollout: what it does in the current

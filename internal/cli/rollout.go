@@ -129,12 +129,16 @@ func newRolloutApproveCommand(h *hubFlags) *cobra.Command {
 	var output string
 	cmd := &cobra.Command{
 		Use:   "approve NAME [WAVE]",
-		Short: "Approve a wave that requires manual approval (default: the wave waiting now)",
+		Short: "Approve a wave that requires manual approval, or clusters held by inconclusive metrics",
 		Long: `Approves WAVE (default: the wave waiting now) of the rollout's current revision, so a wave
 with requireApproval starts. The approval is the annotation approved.rewind.dev/<wave> set to
 the revision: it does not carry over to the next release (a new revision needs its own), and
 it leaves spec alone, so a GitOps tool that owns the spec does not undo it. Approving a wave
-twice changes nothing.`,
+twice changes nothing.
+
+When clusters of the current revision (of WAVE, if given) are held because a metric of their
+health gate is inconclusive (waiting for AwaitingApproval), it approves those instead: each
+RolloutTarget gets approved.rewind.dev/metrics set to the revision, and its gate passes.`,
 		Example: `  rewind rollout approve mysql
   rewind rollout approve mysql production -n team-a`,
 		Args:              cobra.RangeArgs(1, 2),
@@ -143,6 +147,18 @@ twice changes nothing.`,
 			c, err := h.client()
 			if err != nil {
 				return err
+			}
+			if held, ro, err := approveHeldTargets(cmd.Context(), c, h.ns(), args); err != nil || len(held) > 0 {
+				if err != nil {
+					return err
+				}
+				if ok, err := printStructured(cmd.OutOrStdout(), output, ro); ok {
+					return err
+				}
+				for _, cl := range held {
+					fmt.Fprintf(cmd.OutOrStdout(), "rollout/%s: inconclusive metrics of cluster %s approved for revision %d\n", args[0], cl, ro.Status.Revision)
+				}
+				return nil
 			}
 			var wave string
 			var revision int32
@@ -182,6 +198,39 @@ twice changes nothing.`,
 	}
 	outputFlag(cmd, &output)
 	return cmd
+}
+
+// approveHeldTargets approves the targets of the rollout's current revision (of the wave
+// args[1], if given) that inconclusive metrics hold, and returns their clusters.
+func approveHeldTargets(ctx context.Context, c client.Client, ns string, args []string) ([]string, *v1alpha1.Rollout, error) {
+	ro, err := getRollout(ctx, c, ns, args[0])
+	if err != nil || ro.Status.Revision == 0 {
+		return nil, ro, err
+	}
+	targets, err := listTargets(ctx, c, ro)
+	if err != nil {
+		return nil, ro, err
+	}
+	var held []string
+	for i := range targets {
+		t := &targets[i]
+		if t.Spec.Revision != ro.Status.Revision || t.Status.Revision != t.Spec.Revision || t.Status.WaitingFor != v1alpha1.ReasonAwaitingApproval {
+			continue
+		}
+		if len(args) == 2 && (int(t.Spec.Wave) >= len(ro.Spec.Waves) || ro.Spec.Waves[t.Spec.Wave].Name != args[1]) {
+			continue
+		}
+		before := t.DeepCopy()
+		if t.Annotations == nil {
+			t.Annotations = map[string]string{}
+		}
+		t.Annotations[v1alpha1.AnnotationApprovedMetrics] = strconv.Itoa(int(ro.Status.Revision))
+		if err := c.Patch(ctx, t, client.MergeFrom(before)); err != nil {
+			return nil, ro, fmt.Errorf("approving the metrics of cluster %s: %w", t.Spec.Cluster, err)
+		}
+		held = append(held, t.Spec.Cluster)
+	}
+	return held, ro, nil
 }
 
 // newRolloutPauseCommand returns `rollout pause` (paused) or `rollout resume`.
@@ -277,6 +326,35 @@ func printRolloutStatus(out io.Writer, ro *v1alpha1.Rollout, targets []v1alpha1.
 			dash(t.Spec.FromRelease), t.Spec.ToRelease, dash(snap), msg)
 	}
 	w.Flush()
+	printMetrics(out, targets)
+}
+
+// printMetrics prints the metric analyses of the targets, with their last measurements; a
+// result of an earlier revision (the one a rollback undid) names it.
+func printMetrics(out io.Writer, targets []v1alpha1.RolloutTarget) {
+	first := true
+	for _, t := range targets {
+		for _, m := range t.Status.Metrics {
+			name := m.Name
+			if m.Revision != t.Spec.Revision {
+				name = fmt.Sprintf("%s (revision %d)", m.Name, m.Revision)
+			}
+			if first {
+				fmt.Fprintln(out, "Metrics:")
+				first = false
+			}
+			var last []string
+			for _, ms := range m.Measurements[max(0, len(m.Measurements)-3):] {
+				v := ms.Phase
+				if ms.Value != "" {
+					v += " " + ms.Value
+				}
+				last = append(last, v)
+			}
+			fmt.Fprintf(out, "  %s %s: %s, %d measured (%d successful, %d failed, %d inconclusive, %d errors); last: %s\n",
+				t.Spec.Cluster, name, m.Phase, m.Count, m.Successful, m.Failed, m.Inconclusive, m.Error, dash(strings.Join(last, ", ")))
+		}
+	}
 }
 
 func newRollbackCommand(h *hubFlags) *cobra.Command {

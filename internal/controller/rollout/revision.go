@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/analysis"
 	"github.com/rewind-dev/rewind/internal/health"
 	"github.com/rewind-dev/rewind/internal/metrics"
 	"github.com/rewind-dev/rewind/internal/release"
@@ -26,11 +27,11 @@ import (
 const historyLimit = 20
 
 // startRevision begins rolling out rel: everything that can be checked without a member is
-// checked first (the release loads, the CEL checks compile, the waves resolve to clusters), so
-// a mistake stops the rollout before any cluster changes. Then each cluster's path is planned,
-// a new release is checked against the clusters it upgrades (spec.preflight), the targets are
-// written, and the revision is recorded. automatic is the reason when the
-// failure policy rolls back (spec.release is left as it is).
+// checked first (the release loads, the CEL checks and the metrics' queries and conditions
+// compile, the waves resolve to clusters), so a mistake stops the rollout before any cluster
+// changes. Then each cluster's path is planned, a new release is checked against the clusters
+// it upgrades (spec.preflight), the targets are written, and the revision is recorded.
+// automatic is the reason when the failure policy rolls back (spec.release is left as it is).
 func (r *Reconciler) startRevision(ctx context.Context, s *scope, rel, automatic string) error {
 	ro := s.ro
 	relObj, relObjs, err := r.Releases.Load(ctx, r.Hub, ro.Namespace, rel)
@@ -57,6 +58,9 @@ func (r *Reconciler) startRevision(ctx context.Context, s *scope, rel, automatic
 		return err // transient: retried with backoff
 	}
 	if _, err := health.CompileCEL(ro.Spec.HealthGates.CEL); err != nil {
+		return stallf(v1alpha1.ReasonInvalidSpec, "%v", err)
+	}
+	if _, err := analysis.Compile(ro.Spec.HealthGates.Metrics); err != nil {
 		return stallf(v1alpha1.ReasonInvalidSpec, "%v", err)
 	}
 	clusters, err := r.resolve(ctx, ro)

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/analysis"
 	"github.com/rewind-dev/rewind/internal/fault"
 	"github.com/rewind-dev/rewind/internal/member"
 	"github.com/rewind-dev/rewind/internal/metrics"
@@ -76,6 +77,11 @@ type Reconciler struct {
 	Workers int
 	// Restores bounds the snapshot content running restores hold in memory (nil: unbounded).
 	Restores *MemoryBudget
+	// Measurer takes the health gates' metric measurements (nil: a default one).
+	Measurer *analysis.Measurer
+	// MetricErrorRetry is how soon a metric without interval is measured again after an
+	// error measurement (default 10s).
+	MetricErrorRetry time.Duration
 	// CrashAt, when it returns true for a cluster and step, stops the reconciler right after
 	// the step was recorded as started (tests of crash safety). It is also called, with
 	// "Restore: <point>" as the step, at the restore's inner points (restore.Options.At), where
@@ -125,8 +131,10 @@ func (r *Reconciler) reconcile(ctx context.Context, x *execution) (ctrl.Result, 
 	st := &t.Status
 	if st.Revision != t.Spec.Revision || st.Path != t.Spec.Path {
 		// A new plan (a new revision, or a path the Rollout's failure policy changed): a new
-		// journal.
-		*st = v1alpha1.RolloutTargetStatus{Revision: t.Spec.Revision, Path: t.Spec.Path, Phase: v1alpha1.ClusterPending}
+		// journal. The metric results are kept, each stamped with its revision, so that the
+		// rollback of a revision that failed its metrics still shows why; they never count
+		// for another revision (analyze drops them before it measures).
+		*st = v1alpha1.RolloutTargetStatus{Revision: t.Spec.Revision, Path: t.Spec.Path, Phase: v1alpha1.ClusterPending, Metrics: st.Metrics}
 	}
 	st.ObservedGeneration = t.Generation
 	if !t.Spec.Start {
@@ -515,14 +523,15 @@ func (d readThrough) List(ctx context.Context, list client.ObjectList, opts ...c
 }
 
 // SetupWithManager registers the reconciler with Workers workers. Only spec changes (a new
-// generation) trigger a reconcile: the target writes its own status.
+// generation) and annotation changes (an approval of inconclusive metrics) trigger a
+// reconcile: the target writes its own status.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	workers := r.Workers
 	if workers <= 0 {
 		workers = 32
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
-		For(&v1alpha1.RolloutTarget{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		For(&v1alpha1.RolloutTarget{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers})
 	if r.Restores != nil {
 		// Restores waiting for memory are woken when their turn may have come.

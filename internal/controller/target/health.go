@@ -8,7 +8,9 @@ import (
 	"github.com/rewind-dev/rewind/internal/release"
 )
 
-// healthGate waits until every gate passes on the cluster, up to the gates' timeout.
+// healthGate waits until every object gate passes on the cluster, up to the gates' timeout,
+// then runs the metric analyses (metrics.go), which have their own schedule (count,
+// interval, initialDelay) and limits.
 type healthGate struct{}
 
 func (healthGate) run(ctx context.Context, x *execution) (time.Duration, error) {
@@ -17,7 +19,7 @@ func (healthGate) run(ctx context.Context, x *execution) (time.Duration, error) 
 		return 0, err
 	}
 	if res.Healthy() {
-		return 0, nil
+		return x.analyze(ctx)
 	}
 	timeout := 5 * time.Minute
 	if t := x.t.Spec.HealthGates.Timeout; t != nil {
