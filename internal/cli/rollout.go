@@ -355,9 +355,10 @@ func newHistoryCommand(h *hubFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "history NAME",
 		Short: "Show the releases a rollout rolled out: start, end, outcome, reason and snapshots",
-		Long: `Shows the rollout's history, oldest first: each revision's release, when it started and
-finished, its outcome (Succeeded, Failed, RolledBack) and why, and the snapshot taken on each
-cluster before it changed. 'rollback' without --to goes back to the newest earlier release
+		Long: `Shows the rollout's history, oldest first: each revision's release, whether it was an upgrade
+or a rollback and who rolled back (a person, or the failure policy), when it started and
+finished, its outcome and why, and the snapshot taken on each cluster before it changed. A
+rollback's outcome is RolledBack, never Succeeded: it is not the release's success. 'rollback' without --to goes back to the newest earlier release
 that succeeded.`,
 		Example: `  rewind history mysql
   rewind history mysql -n team-a -o json`,
@@ -379,17 +380,8 @@ that succeeded.`,
 			if err != nil {
 				return err
 			}
-			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "REVISION\tRELEASE\tSTARTED\tFINISHED\tOUTCOME\tSNAPSHOTS\tREASON")
-			for _, r := range ro.Status.History {
-				outcome := r.Outcome
-				if r.Automatic {
-					outcome += " (automatic rollback)"
-				}
-				fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Revision, r.Release, ts(r.StartedAt), ts(r.FinishedAt), outcome,
-					dash(strings.Join(snaps[strconv.Itoa(int(r.Revision))], ",")), r.Reason)
-			}
-			return w.Flush()
+			printHistory(cmd.OutOrStdout(), ro, snaps)
+			return nil
 		},
 	}
 	outputFlag(cmd, &output)
