@@ -90,6 +90,7 @@ files of $KUBECONFIG, else ~/.kube/config; --context picks a context and -n a na
 	root.AddCommand(newRollbackCommand(h))
 	root.AddCommand(newRetryCommand(h))
 	root.AddCommand(newHistoryCommand(h))
+	root.AddCommand(newDashboardCommand(h))
 	root.AddCommand(newTestbedCommand())
 	root.AddCommand(newDemoCommand())
 	root.AddCommand(newVersionCommand())
