@@ -143,9 +143,9 @@ func (s *Server) rolloutPage(w http.ResponseWriter, r *http.Request) {
 
 // membersData is the members page.
 type membersData struct {
-	Members              []memberView
-	Rollouts             []string
-	Checked, CanCheck    bool
+	Members               []memberView
+	Rollouts              []string
+	Checked, CanCheck     bool
 	CheckError, CheckedAt string
 }
 
@@ -221,14 +221,14 @@ type changeView struct {
 }
 
 type snapshotData struct {
-	Snap             *v1alpha1.Snapshot
-	Objects          []objectView
-	LoadError        string
-	Others           []string
-	DiffWith         string
-	Changes          []changeView
-	DiffError        string
-	CapturedAt       string
+	Snap       *v1alpha1.Snapshot
+	Objects    []objectView
+	LoadError  string
+	Others     []string
+	DiffWith   string
+	Changes    []changeView
+	DiffError  string
+	CapturedAt string
 }
 
 func (s *Server) snapshotPage(w http.ResponseWriter, r *http.Request) {

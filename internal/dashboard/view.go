@@ -16,7 +16,7 @@ import (
 // rowView is a Rollout in the list.
 type rowView struct {
 	ID, Name, Operator, Phase, Release, Current, ClustersDone, Failed string
-	Revision                                                         int32
+	Revision                                                          int32
 }
 
 func rowID(name string) string { return "row-" + name }
