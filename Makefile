@@ -120,7 +120,7 @@ check-monitoring: promtool ## promtool check/test rules on config/prometheus; th
 	$(GO) test -count=1 ./config/
 
 .PHONY: test
-test: testbed-bins store-bins promtool ## Run every test against real local clusters (builds the testbed binaries first).
+test: testbed-bins store-bins promtool chromium ## Run every test against real local clusters (builds the testbed binaries first; installs chromium for the dashboard browser tests).
 	$(GO) test -p $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
 
 .PHONY: test-unit

@@ -18,6 +18,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -82,6 +83,9 @@ func New(cfg *rest.Config, opts Options) (*Server, error) {
 		opts.HubProbe = time.Second
 	}
 	sch := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(sch); err != nil {
+		return nil, err
+	}
 	if err := v1alpha1.AddToScheme(sch); err != nil {
 		return nil, err
 	}

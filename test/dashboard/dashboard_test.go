@@ -212,7 +212,7 @@ func TestRolloutWithAFailedGateLive(t *testing.T) {
 	screenshot(t, ctx, "dashboard-confirm.png")
 	run(t, ctx, chromedp.Click(chromedp.CSS(`#confirm-ok`)))
 	waitJS(t, ctx, 10*time.Second, `document.querySelector('#flash').innerText.includes('rollout/mysql paused')`, `document.querySelector('#flash').innerText`)
-	waitJS(t, ctx, 10*time.Second, `document.querySelector('#rollout-head .phase-paused')`, `document.querySelector('#rollout-head').innerText`)
+	waitJS(t, ctx, 10*time.Second, `document.querySelector('#rollout-paused')`, `document.querySelector('#rollout-head').innerText`)
 	if !f.Rollout().Spec.Paused {
 		t.Errorf("the confirmed pause did not pause the rollout")
 	}
@@ -252,7 +252,7 @@ func TestRolloutWithAFailedGateLive(t *testing.T) {
 	if err := f.Hub().Update(t.Context(), ro); err != nil {
 		t.Fatal(err)
 	}
-	waitJS(t, ctx, 30*time.Second, `!document.querySelector('#rollout-head .phase-paused')`, `document.querySelector('#rollout-head').innerText`)
+	waitJS(t, ctx, 30*time.Second, `!document.querySelector('#rollout-paused')`, `document.querySelector('#rollout-head').innerText`)
 	mark = eval[int](t, ctx, `window.__rewindMark`)
 	if mark != 7 {
 		t.Errorf("the page was reloaded while the hub was away")
