@@ -384,3 +384,56 @@ func TestThousandTargetsLoadFast(t *testing.T) {
 	waitJS(t, ctx, 10*time.Second, `document.querySelector('#cell-cluster-0150').dataset.phase === 'Failed'`, `document.querySelector('#cell-cluster-0150').outerHTML`)
 	screenshot(t, ctx, "dashboard-1000-targets.png")
 }
+
+// `rewind dashboard` itself: it serves on the address given, read-only, until its context
+// ends, and then returns.
+func TestDashboardCommand(t *testing.T) {
+	suite.Hub(t)
+	ns := testenv.Namespace(t, suite.Env.Hub.RESTConfig())
+	addr := testenv.FreeAddr(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	var out strings.Builder
+	go func() {
+		o, err := cli.Run(ctx, "dashboard", "--address", addr, "--kubeconfig", suite.Env.Hub.Kubeconfig, "-n", ns)
+		out.WriteString(o)
+		done <- err
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	var resp *http.Response
+	for {
+		var err error
+		if resp, err = http.Get("http://" + addr + "/rollouts/nope"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("rewind dashboard does not answer on %s: %v (it returned: %v)", addr, err, <-done)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("GET /rollouts/nope: %d, want 404", resp.StatusCode)
+	}
+	resp, err := http.Post("http://"+addr+"/rollouts/nope/actions/pause", "text/plain", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("an action on a dashboard without --enable-actions: %d, want 403", resp.StatusCode)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("rewind dashboard: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("rewind dashboard did not return once its context ended")
+	}
+	if want := "rewind dashboard of namespace " + ns + " (read-only): http://" + addr; !strings.Contains(out.String(), want) {
+		t.Errorf("rewind dashboard printed %q, want %q", out.String(), want)
+	}
+}
