@@ -120,12 +120,23 @@ lint: ## go vet (also with the unit tag, as make test-unit builds) and a gofmt c
 promtool: ## Unpack promtool and prometheus from Debian's package into .cache/tools (apt-get download + dpkg -x; nothing is installed).
 	hack/prometheus/fetch.sh >/dev/null
 
+# The dashboard's browser tests drive Debian's chromium with chromedp (no npm, no CDN).
+.PHONY: chromium
+chromium: ## Install Debian's chromium package (apt-get) when /usr/bin/chromium is missing; the dashboard's browser tests drive it.
+	@if [ -x /usr/bin/chromium ] || [ -n "$${REWIND_CHROMIUM:-}" ]; then echo "chromium: $${REWIND_CHROMIUM:-/usr/bin/chromium}"; else \
+		sudo=""; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+		$$sudo apt-get install -y --no-install-recommends chromium || { $$sudo apt-get update -qq && $$sudo apt-get install -y --no-install-recommends chromium; }; fi
+
+.PHONY: test-dashboard
+test-dashboard: testbed-bins chromium ## The dashboard in a real browser against a hub testbed: a rollout with a failed gate watched live, Secret values, actions, a hub that goes away, 1,000 targets in under 2 s. REWIND_SCREENSHOTS=DIR keeps the screenshots.
+	$(GO) test -count=1 -timeout 20m ./test/dashboard/
+
 .PHONY: check-monitoring
 check-monitoring: promtool ## promtool check/test rules on config/prometheus; the Grafana dashboard's queries against the controller's metrics.
 	$(GO) test -count=1 ./config/
 
 .PHONY: test
-test: testbed-bins store-bins promtool $(GOTESTSUM) ## Run every test against real local clusters (builds the testbed binaries first); a line per test as it ends (TEST_FORMAT).
+test: testbed-bins store-bins promtool chromium $(GOTESTSUM) ## Run every test against real local clusters (builds the testbed binaries first; installs chromium for the dashboard browser tests); a line per test as it ends (TEST_FORMAT).
 	@echo "test: go test -p $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./... (through gotestsum, format $(TEST_FORMAT))"
 	$(GOTESTSUM) --format $(TEST_FORMAT) --format-hide-empty-pkg -- -p $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
 

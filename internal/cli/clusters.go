@@ -224,7 +224,9 @@ func newClustersListCommand(h *hubFlags) *cobra.Command {
 		Short:   "List member clusters: reachable, Kubernetes version and installed operator versions",
 		Long: `Lists the registered member clusters (MemberClusters are cluster-scoped, -n does not apply)
 with what the controller last saw: whether the member is reachable, its Kubernetes version,
-the operator releases its installed-version records name, and its age.`,
+the operator releases it runs, and its age. A release is what the member's rollout targets
+say now; the controller's mirror of the member's own record, up to a check interval late, is
+shown beside it when the two differ.`,
 		Example: `  rewind clusters list
   rewind clusters list -l env=prod -o yaml`,
 		Args: cobra.NoArgs,
@@ -253,6 +255,14 @@ the operator releases its installed-version records name, and its age.`,
 			if ok, err := printStructured(cmd.OutOrStdout(), output, &list); ok {
 				return err
 			}
+			// What the rollout targets say each member runs now; the mirror in the
+			// MemberCluster is up to a check interval late. Without the right to list
+			// targets in every namespace, the mirror alone is shown.
+			var targets v1alpha1.RolloutTargetList
+			byTargets := map[string]map[string]string{}
+			if err := c.List(cmd.Context(), &targets); err == nil {
+				byTargets = installedByTargets(targets.Items)
+			}
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "NAME\tREACHABLE\tVERSION\tINSTALLED\tAGE\tMESSAGE")
 			for _, mc := range list.Items {
@@ -260,10 +270,7 @@ the operator releases its installed-version records name, and its age.`,
 				if cond := meta.FindStatusCondition(mc.Status.Conditions, v1alpha1.ConditionReachable); cond != nil {
 					reach, msg = string(cond.Status), cond.Message
 				}
-				var inst []string
-				for _, r := range mc.Status.Installed {
-					inst = append(inst, fmt.Sprintf("%s=%s(%s)", r.Operator, r.Version, r.Release))
-				}
+				inst := installedColumn(&mc, byTargets[mc.Name], time.Now())
 				if len(inst) == 0 {
 					inst = []string{"-"}
 				}

@@ -160,32 +160,11 @@ RolloutTarget gets approved.rewind.dev/metrics set to the revision, and its gate
 				}
 				return nil
 			}
-			var wave string
-			var revision int32
-			ro, err := updateRollout(cmd.Context(), c, h.ns(), args[0], func(ro *v1alpha1.Rollout) error {
-				wave = ""
-				if len(args) == 2 {
-					wave = args[1]
-				} else if int(ro.Status.CurrentWave) < len(ro.Spec.Waves) {
-					wave = ro.Spec.Waves[ro.Status.CurrentWave].Name
-				}
-				var waves []string
-				for _, w := range ro.Spec.Waves {
-					waves = append(waves, w.Name)
-				}
-				if !slices.Contains(waves, wave) {
-					return fmt.Errorf("rollout %s has no wave %q; its waves: %s", ro.Name, wave, strings.Join(waves, ", "))
-				}
-				if ro.Status.Revision == 0 {
-					return fmt.Errorf("rollout %s has not started a revision yet: there is nothing to approve", ro.Name)
-				}
-				revision = ro.Status.Revision
-				if ro.Annotations == nil {
-					ro.Annotations = map[string]string{}
-				}
-				ro.Annotations[v1alpha1.AnnotationApprovedPrefix+wave] = strconv.Itoa(int(revision))
-				return nil
-			})
+			wave := ""
+			if len(args) == 2 {
+				wave = args[1]
+			}
+			ro, wave, revision, err := approveRollout(cmd.Context(), c, h.ns(), args[0], wave)
 			if err != nil {
 				return err
 			}
@@ -257,7 +236,7 @@ finishes; no new step starts until 'rollout resume'.`,
 		if err != nil {
 			return err
 		}
-		ro, err := updateRollout(cmd.Context(), c, h.ns(), args[0], func(ro *v1alpha1.Rollout) error { ro.Spec.Paused = paused; return nil })
+		ro, err := pauseRollout(cmd.Context(), c, h.ns(), args[0], paused)
 		if err != nil {
 			return err
 		}
@@ -374,35 +353,7 @@ cluster it changed to the snapshot taken under that release, re-applies it and g
 			if err != nil {
 				return err
 			}
-			var from, target string
-			ro, err := updateRollout(cmd.Context(), c, h.ns(), args[0], func(ro *v1alpha1.Rollout) error {
-				from, target = ro.Spec.Release, to
-				if target == "" {
-					target = previousRelease(ro)
-				}
-				if target == "" {
-					return fmt.Errorf("rollout %s has no earlier release to roll back to; pass --to RELEASE", ro.Name)
-				}
-				if target == ro.Spec.Release {
-					return fmt.Errorf("rollout %s already wants %s", ro.Name, target)
-				}
-				rel := &v1alpha1.OperatorRelease{}
-				key := client.ObjectKey{Namespace: ro.Namespace, Name: target}
-				if err := getHubObject(cmd.Context(), c, key, rel, "release", "kubectl get operatorreleases -n "+ro.Namespace); err != nil {
-					return fmt.Errorf("--to %s: %w", target, err)
-				}
-				ro.Spec.Release = target
-				if ro.Annotations == nil {
-					ro.Annotations = map[string]string{}
-				}
-				// Reported for this rollback only: the controller uses a value once.
-				why := reason
-				if why == "" {
-					why = "requested with rewind rollback"
-				}
-				ro.Annotations[v1alpha1.AnnotationRollbackReason] = fmt.Sprintf("%s (at %s)", why, time.Now().UTC().Format(time.RFC3339))
-				return nil
-			})
+			ro, from, target, err := rollbackRollout(cmd.Context(), c, h.ns(), args[0], to, reason)
 			if err != nil {
 				return err
 			}
@@ -439,9 +390,10 @@ func newHistoryCommand(h *hubFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "history NAME",
 		Short: "Show the releases a rollout rolled out: start, end, outcome, reason and snapshots",
-		Long: `Shows the rollout's history, oldest first: each revision's release, when it started and
-finished, its outcome (Succeeded, Failed, RolledBack) and why, and the snapshot taken on each
-cluster before it changed. 'rollback' without --to goes back to the newest earlier release
+		Long: `Shows the rollout's history, oldest first: each revision's release, whether it was an upgrade
+or a rollback and who rolled back (a person, or the failure policy), when it started and
+finished, its outcome and why, and the snapshot taken on each cluster before it changed. A
+rollback's outcome is RolledBack, never Succeeded: it is not the release's success. 'rollback' without --to goes back to the newest earlier release
 that succeeded.`,
 		Example: `  rewind history mysql
   rewind history mysql -n team-a -o json`,
@@ -463,17 +415,8 @@ that succeeded.`,
 			if err != nil {
 				return err
 			}
-			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "REVISION\tRELEASE\tSTARTED\tFINISHED\tOUTCOME\tSNAPSHOTS\tREASON")
-			for _, r := range ro.Status.History {
-				outcome := r.Outcome
-				if r.Automatic {
-					outcome += " (automatic rollback)"
-				}
-				fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Revision, r.Release, ts(r.StartedAt), ts(r.FinishedAt), outcome,
-					dash(strings.Join(snaps[strconv.Itoa(int(r.Revision))], ",")), r.Reason)
-			}
-			return w.Flush()
+			printHistory(cmd.OutOrStdout(), ro, snaps)
+			return nil
 		},
 	}
 	outputFlag(cmd, &output)
@@ -529,25 +472,7 @@ not retried: roll it back (rewind rollback) or set a new spec.release.`,
 			if err != nil {
 				return err
 			}
-			var what string
-			ro, err := updateRollout(cmd.Context(), c, h.ns(), args[0], func(ro *v1alpha1.Rollout) error {
-				stalled := meta.FindStatusCondition(ro.Status.Conditions, v1alpha1.ConditionStalled)
-				switch {
-				case ro.Status.Phase == v1alpha1.RolloutFailed && stalled != nil && stalled.Reason == v1alpha1.ReasonRollbackFailed:
-					what = fmt.Sprintf("the rollback to %s on the clusters whose restore failed", ro.Status.CurrentRelease)
-				case ro.Status.FailedRelease != "":
-					what = ro.Status.FailedRelease
-				case ro.Status.Phase == v1alpha1.RolloutFailed:
-					return fmt.Errorf("rollout %s failed while upgrading to %s: roll it back (%s rollback %s) or set a new spec.release; retry runs again only a failed release that was rolled back, or a rollback that failed", ro.Name, ro.Status.CurrentRelease, h.prog, ro.Name)
-				default:
-					return fmt.Errorf("rollout %s holds no failed release and has not failed: nothing to retry (phase %s)", ro.Name, dash(ro.Status.Phase))
-				}
-				if ro.Annotations == nil {
-					ro.Annotations = map[string]string{}
-				}
-				ro.Annotations[v1alpha1.AnnotationRetry] = time.Now().UTC().Format(time.RFC3339Nano)
-				return nil
-			})
+			ro, what, err := retryRollout(cmd.Context(), c, h.ns(), args[0], h.prog)
 			if err != nil {
 				return err
 			}

@@ -98,6 +98,7 @@ files of $KUBECONFIG, else ~/.kube/config; --context picks a context and -n a na
 	root.AddCommand(newRetryCommand(h))
 	root.AddCommand(newHistoryCommand(h))
 	root.AddCommand(newPlanCommand(h))
+	root.AddCommand(newDashboardCommand(h))
 	root.AddCommand(newTestbedCommand())
 	root.AddCommand(newDemoCommand())
 	root.AddCommand(newVersionCommand())

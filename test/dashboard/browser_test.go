@@ -1,0 +1,172 @@
+//go:build !unit
+
+package dashboard
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// chromium returns Debian's chromium: $REWIND_CHROMIUM, else /usr/bin/chromium (make
+// chromium installs it), else one unpacked into .cache/tools.
+func chromium(t *testing.T) string {
+	t.Helper()
+	cands := []string{os.Getenv("REWIND_CHROMIUM"), "/usr/bin/chromium"}
+	if root, err := filepath.Abs("../.."); err == nil {
+		cands = append(cands, filepath.Join(root, ".cache/tools/chromium/usr/bin/chromium"))
+	}
+	for _, c := range cands {
+		if c == "" {
+			continue
+		}
+		if _, err := exec.LookPath(c); err == nil {
+			return c
+		}
+	}
+	t.Fatalf("chromium is missing: run `make chromium` (installs Debian's chromium package) or set REWIND_CHROMIUM")
+	return ""
+}
+
+// browser starts a headless chromium with a fresh profile for the test and returns its
+// context. When the test ends the browser is closed and the test checks that its process is
+// gone.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(chromium(t)),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true),
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1400, 1000),
+	}
+	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	if err := chromedp.Do(ctx); err != nil {
+		cancel()
+		acancel()
+		t.Fatalf("starting chromium: %v", err)
+	}
+	proc := chromedp.FromContext(ctx).Browser.Process()
+	t.Cleanup(func() {
+		cancel()
+		acancel()
+		if proc == nil {
+			return
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			err := syscall.Kill(proc.Pid, 0)
+			if errors.Is(err, syscall.ESRCH) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("chromium (pid %d) is still running after the test", proc.Pid)
+				_ = proc.Kill()
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+	return ctx
+}
+
+// run runs browser actions with a deadline.
+func run(t *testing.T, ctx context.Context, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := chromedp.Do(tctx, actions...); err != nil {
+		t.Fatalf("browser: %v", err)
+	}
+}
+
+// eval evaluates a JavaScript expression in the page.
+func eval[T any](t *testing.T, ctx context.Context, expr string) T {
+	t.Helper()
+	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(tctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		t.Fatalf("browser: evaluating %s: %v", expr, err)
+	}
+	return v
+}
+
+// waitJS polls a JavaScript expression in the page until it is true, failing after timeout
+// with what describe (another expression) says then.
+func waitJS(t *testing.T, ctx context.Context, timeout time.Duration, expr, describe string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		ok, err := chromedp.Run(tctx, chromedp.Evaluate[bool]("!!("+expr+")"))
+		cancel()
+		if err == nil && ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			got, _ := chromedp.Run(tctx, chromedp.Evaluate[any](describe))
+			cancel()
+			t.Fatalf("waited %s for %s: %v (now: %v)", timeout, expr, err, got)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// screenshot saves a full-page PNG into $REWIND_SCREENSHOTS (else the test's temporary folder)
+// and returns its path.
+func screenshot(t *testing.T, ctx context.Context, name string) string {
+	t.Helper()
+	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	buf, err := chromedp.Run(tctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := os.Getenv("REWIND_SCREENSHOTS")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, buf, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot %s (%d bytes)", p, len(buf))
+	return p
+}
+
+// html returns the page's whole HTML as the browser has it now.
+func html(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	return eval[string](t, ctx, "document.documentElement.outerHTML")
+}
+
+func mustNotContain(t *testing.T, page, what string, secrets []string) {
+	t.Helper()
+	for _, s := range secrets {
+		if strings.Contains(page, s) {
+			t.Errorf("%s shows a Secret value (%d characters long)", what, len(s))
+		}
+	}
+}
