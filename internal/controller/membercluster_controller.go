@@ -64,6 +64,13 @@ func (r *MemberClusterReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	mc.Status.LastCheckTime = &now
 	mc.Status.ObservedGeneration = mc.Generation
 
+	if mc.Spec.Mode == v1alpha1.ModePull {
+		// The hub cannot reach a pull member: what it knows comes from the member's agent.
+		for _, c := range pullConditions(mc, r.now()) {
+			meta.SetStatusCondition(&mc.Status.Conditions, c)
+		}
+		return ctrl.Result{RequeueAfter: interval}, nil
+	}
 	cl, err := r.Members.For(ctx, mc)
 	if err != nil {
 		var se *member.SecretError
