@@ -95,7 +95,7 @@ the agent's credential, if an agent joined. 'clusters leave NAME' revokes everyt
 			fmt.Fprintf(out, "bootstrap token written to %s, good for one exchange until %s; keep it secret\n",
 				file, b.ExpiresAt.UTC().Format(time.RFC3339))
 			fmt.Fprintf(out, "run the agent in the member (with the member's kubeconfig, or its in-cluster identity):\n")
-			fmt.Fprintf(out, "  %s agent --cluster %s --bootstrap-kubeconfig %s --credential-file %s-agent.kubeconfig --member-kubeconfig MEMBER.yaml\n",
+			fmt.Fprintf(out, "  %s agent --cluster %s --bootstrap-kubeconfig %s --credential-file %s-agent-credential.json --member-kubeconfig MEMBER.yaml\n",
 				h.prog, name, file, name)
 			return nil
 		},

@@ -59,6 +59,9 @@ const (
 	// RefusedCredential: the agent's credential expired or was revoked (rewind clusters
 	// leave).
 	RefusedCredential = "CredentialRefused"
+	// RefusedForbidden: the hub knows the agent's credential but forbids what it asked: its
+	// access is being removed (rewind clusters leave), or it asked for another member's.
+	RefusedForbidden = "Forbidden"
 )
 
 // RefusedError says the hub refused the agent's bootstrap token or credential: retrying does
@@ -72,6 +75,9 @@ func (e *RefusedError) Error() string {
 	switch e.Reason {
 	case RefusedOtherCluster:
 		return fmt.Sprintf("the hub refused to let this agent act as member %s: its token was issued for another member (%v); run the agent with the token `rewind clusters join %s` printed",
+			e.Cluster, e.Err, e.Cluster)
+	case RefusedForbidden:
+		return fmt.Sprintf("the hub forbids the agent of member %s what it asked (%v): the member is leaving (rewind clusters leave %s), or the request was for another member's objects",
 			e.Cluster, e.Err, e.Cluster)
 	case RefusedCredential:
 		return fmt.Sprintf("the hub refused the credential of member %s's agent: it was revoked (rewind clusters leave %s) or expired (%v); run `rewind clusters join %s` for a new bootstrap token",
@@ -92,6 +98,15 @@ func refused(cluster, reason string, err error) error {
 		return &RefusedError{Cluster: cluster, Reason: RefusedOtherCluster, Err: err}
 	}
 	return err
+}
+
+// CredentialRefused is err as a *RefusedError when the hub refused the agent's credential
+// (401: revoked or expired; 403: not this member's), else err.
+func CredentialRefused(cluster string, err error) error {
+	if apierrors.IsForbidden(err) {
+		return &RefusedError{Cluster: cluster, Reason: RefusedForbidden, Err: err}
+	}
+	return refused(cluster, RefusedCredential, err)
 }
 
 // IsRefused says whether err is a *RefusedError.
