@@ -13,12 +13,16 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/agent"
+	"github.com/rewind-dev/rewind/internal/controller"
 	"github.com/rewind-dev/rewind/internal/join"
+	"github.com/rewind-dev/rewind/internal/testbed/testenv"
 )
 
 // runAgent runs an agent until the returned stop is called, which returns what Run returned;
@@ -133,4 +137,48 @@ func TestAgentJoinsRenewsAndHeartbeats(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("the agent did not stop after leave")
 	}
+}
+
+// TestPullMemberLiveness: the controller, with its shipped RBAC only, marks a pull member
+// Reachable while its agent renews its Lease, and Unknown once the Lease is older than the
+// member's unreachableTimeout; it comes back with the agent.
+func TestPullMemberLiveness(t *testing.T) {
+	ctx := t.Context()
+	c := hubClient(t)
+	const name = "agent-live-b"
+	boot := joinMember(t, name)
+	mc := getMember(t, name)
+	base := mc.DeepCopy()
+	mc.Spec.CheckInterval = &metav1.Duration{Duration: time.Second}
+	mc.Spec.UnreachableTimeout = &metav1.Duration{Duration: 3 * time.Second}
+	if err := c.Patch(ctx, mc, client.MergeFrom(base)); err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := controller.NewManager(testenv.ControllerConfig(t, env.Hub), controller.Options{MetricsAddr: "0", ProbeAddr: "0", SkipNameValidation: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.RunManager(t, mgr)
+	cond := func(status metav1.ConditionStatus, reason string) func(*v1alpha1.MemberCluster) bool {
+		return func(mc *v1alpha1.MemberCluster) bool {
+			c := meta.FindStatusCondition(mc.Status.Conditions, v1alpha1.ConditionReachable)
+			return c != nil && c.Status == status && c.Reason == reason
+		}
+	}
+	waitMember(t, name, "Reachable Unknown before the agent joins", cond(metav1.ConditionUnknown, v1alpha1.ReasonAwaitingAgent))
+
+	o := agent.Options{Cluster: name, Bootstrap: boot, Credentials: agent.CredentialFile{Path: filepath.Join(t.TempDir(), "credential.json")},
+		Member: env.Members[1].RESTConfig(), CredentialTTL: time.Hour, HeartbeatInterval: 200 * time.Millisecond}
+	stop, _ := runAgent(t, o)
+	mc = waitMember(t, name, "Reachable True with the agent's heartbeat", cond(metav1.ConditionTrue, controller.ReasonAgentHeartbeat))
+	if mc.Status.Agent.LastHeartbeatTime == nil || !meta.IsStatusConditionTrue(mc.Status.Conditions, v1alpha1.ConditionReady) {
+		t.Fatalf("status after the heartbeat: %+v, conditions %+v", mc.Status.Agent, mc.Status.Conditions)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	waitMember(t, name, "Reachable Unknown once the Lease is older than unreachableTimeout", cond(metav1.ConditionUnknown, controller.ReasonAgentHeartbeatLost))
+	o.Bootstrap = nil
+	runAgent(t, o)
+	waitMember(t, name, "Reachable True again with the agent back", cond(metav1.ConditionTrue, controller.ReasonAgentHeartbeat))
 }

@@ -33,6 +33,8 @@ type MemberClusterReconciler struct {
 	client.Client
 	// Members gives access to member clusters (it reads kubeconfig Secrets uncached).
 	Members *member.Cache
+	// APIReader reads pull members' Leases uncached (nil: Client).
+	APIReader client.Reader
 	// Probes is the health probe whose verdict is the Reachable condition (nil: the check's
 	// own outcome decides, as for a member checked outside the controller).
 	Probes *member.Prober
@@ -66,10 +68,7 @@ func (r *MemberClusterReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 
 	if mc.Spec.Mode == v1alpha1.ModePull {
 		// The hub cannot reach a pull member: what it knows comes from the member's agent.
-		for _, c := range pullConditions(mc, r.now()) {
-			meta.SetStatusCondition(&mc.Status.Conditions, c)
-		}
-		return ctrl.Result{RequeueAfter: interval}, nil
+		return r.checkPull(ctx, mc, interval)
 	}
 	cl, err := r.Members.For(ctx, mc)
 	if err != nil {

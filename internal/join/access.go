@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/rbac"
 )
 
 // Names in a member's hub namespace.
@@ -108,7 +109,8 @@ func MemberClusterRules(cluster string) []rbacv1.PolicyRule {
 
 // Objects are the hub objects of a pull member's identity, but for the bootstrap
 // ServiceAccount (Join recreates it): the namespace, the agent's ServiceAccount, the Roles
-// and RoleBindings, the ClusterRole and its binding.
+// and RoleBindings, the controller's RoleBinding (rbac.NamespaceBinding), the ClusterRole and
+// its binding.
 func Objects(cluster string) []client.Object {
 	ns := v1alpha1.MemberNamespace(cluster)
 	meta := func(name, namespace string) metav1.ObjectMeta {
@@ -127,6 +129,9 @@ func Objects(cluster string) []client.Object {
 		&rbacv1.RoleBinding{ObjectMeta: meta(AgentRole, ns), RoleRef: role(AgentRole), Subjects: sa(AgentServiceAccount)},
 		&rbacv1.Role{ObjectMeta: meta(BootstrapRole, ns), Rules: BootstrapRules()},
 		&rbacv1.RoleBinding{ObjectMeta: meta(BootstrapRole, ns), RoleRef: role(BootstrapRole), Subjects: sa(BootstrapServiceAccount)},
+		// The controller works in the namespace as in any namespace of releases and rollouts:
+		// it reads the agent's Lease, and copies releases there.
+		rbac.NamespaceBinding(ns),
 		&rbacv1.ClusterRole{ObjectMeta: meta(ClusterRoleName(cluster), ""), Rules: MemberClusterRules(cluster)},
 		&rbacv1.ClusterRoleBinding{ObjectMeta: meta(ClusterRoleName(cluster), ""),
 			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: ClusterRoleName(cluster)}, Subjects: sa(AgentServiceAccount)},
