@@ -15,6 +15,17 @@ export REWIND_PROMETHEUS_BIN := $(shell hack/prometheus/fetch.sh --print-dir)
 TEST_PARALLEL ?= 2
 TEST_TIMEOUT ?= 60m
 TEST_FLAGS ?=
+# How gotestsum shows `make test`: testname prints a line per test as it ends, with its package
+# and time, and each package's total (a failure's output in full); pkgname-and-test-fails prints
+# a line per package only; standard-verbose is go test -v.
+TEST_FORMAT ?= testname
+
+# Tools built from the Go modules pinned in hack/tools/go.mod (gotestsum runs the tests,
+# crd-ref-docs writes docs/reference/api.md) into the ignored cache, keyed by their version.
+TOOLS_DIR := $(CURDIR)/.cache/tools
+tool_version = $(shell awk -v m="$(1)" '$$1 == m && $$2 ~ /^v/ {print $$2; exit}' hack/tools/go.mod)
+GOTESTSUM := $(TOOLS_DIR)/gotestsum-$(call tool_version,gotest.tools/gotestsum)
+CRD_REF_DOCS := $(TOOLS_DIR)/crd-ref-docs-$(call tool_version,github.com/elastic/crd-ref-docs)
 
 # What `rewind version` reports, linked into internal/version. The build date is the commit's
 # time (or SOURCE_DATE_EPOCH), never the clock, so that two builds of a commit are identical.
@@ -37,7 +48,7 @@ help: ## Show the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-16s %s\n", $$1, $$2}'
 
 .PHONY: generate
-generate: ## Regenerate deepcopy code, CRDs and RBAC (controller-gen) into api/ and config/ (CRDs, ClusterRole/Role rewind-controller, ClusterRole rewind-controller-namespace).
+generate: $(CRD_REF_DOCS) ## Regenerate deepcopy code, CRDs and RBAC (controller-gen) into api/ and config/ (CRDs, ClusterRole/Role rewind-controller, ClusterRole rewind-controller-namespace), and the API reference docs/reference/api.md (crd-ref-docs).
 	$(GO) tool controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(GO) tool controller-gen crd:allowDangerousTypes=false rbac:roleName=rewind-controller \
 		paths=./api/... paths=./internal/controller/... \
@@ -53,11 +64,14 @@ generate: ## Regenerate deepcopy code, CRDs and RBAC (controller-gen) into api/ 
 	cp config/rbac/role.yaml charts/rewind/files/rbac/role.yaml
 	cp config/rbac/namespace/role.yaml charts/rewind/files/rbac/namespace-role.yaml
 	cp config/prometheus/prometheus_rule.yaml charts/rewind/files/prometheus/prometheus_rule.yaml
+	@# The API reference, from the Go types' doc comments and markers.
+	$(CRD_REF_DOCS) --source-path=./api/v1alpha1 --config=hack/api-docs/config.yaml --renderer=markdown \
+		--output-path=docs/reference/api.md --log-level=WARN
 
 .PHONY: verify-generate
 verify-generate: generate ## Fail when generated files are stale.
-	@if [ -n "$$(git status --porcelain -- api config charts)" ]; then \
-		git status --porcelain -- api config charts; git diff -- api config charts | head -50; \
+	@if [ -n "$$(git status --porcelain -- api config charts docs/reference)" ]; then \
+		git status --porcelain -- api config charts docs/reference; git diff -- api config charts docs/reference | head -50; \
 		echo "Generated files are stale: run 'make generate' and commit the result."; exit 1; fi
 
 .PHONY: build
@@ -82,11 +96,13 @@ image: ## Build the rewind-controller image without Docker: OCI layout bin/image
 		--layout $(IMAGE_DIR)/oci --tarball $(IMAGE_DIR)/rewind-controller.tar | tee $(IMAGE_DIR)/digest
 
 .PHONY: testbed-bins
-testbed-bins: ## Build the testbed binaries (kube-apiserver, kcm, scheduler, etcd, kwok, kubectl) once; about 15 minutes cold.
+testbed-bins: ## Build the testbed binaries (kube-apiserver, kcm, scheduler, etcd, kwok, kubectl) once; about 20 minutes cold on 2 cores.
+	@echo "testbed-bins: kube-apiserver, kube-controller-manager, kube-scheduler, etcd, kwok and kubectl from hack/testbed/go.mod into $(TESTBED_BIN) (each built only when missing)"
 	hack/testbed/build.sh >/dev/null
 
 .PHONY: store-bins
 store-bins: ## Build the servers the snapshot-store tests start (versitygw, fake-gcs-server, local-kms; Azurite from npm), once, into .cache/stores.
+	@echo "store-bins: versitygw, fake-gcs-server and local-kms from hack/stores/go.mod, and Azurite from npm, into $(REWIND_STORES_BIN) (each only when missing)"
 	hack/stores/build.sh >/dev/null
 
 .PHONY: lint
@@ -109,8 +125,20 @@ check-monitoring: promtool ## promtool check/test rules on config/prometheus; th
 	$(GO) test -count=1 ./config/
 
 .PHONY: test
-test: testbed-bins store-bins promtool ## Run every test against real local clusters (builds the testbed binaries first).
-	$(GO) test -p $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
+test: testbed-bins store-bins promtool $(GOTESTSUM) ## Run every test against real local clusters (builds the testbed binaries first); a line per test as it ends (TEST_FORMAT).
+	@echo "test: go test -p $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./... (through gotestsum, format $(TEST_FORMAT))"
+	$(GOTESTSUM) --format $(TEST_FORMAT) --format-hide-empty-pkg -- -p $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
+
+# A tool of hack/tools, built once per version. A temporary name of its own: two makes may build at once.
+$(TOOLS_DIR)/gotestsum-%:
+	@echo "tools: building gotestsum $* (hack/tools/go.mod) into $(TOOLS_DIR) ..."
+	@mkdir -p $(TOOLS_DIR)
+	cd hack/tools && $(GO) build -o $@.tmp.$$$$ gotest.tools/gotestsum && mv -f $@.tmp.$$$$ $@
+
+$(TOOLS_DIR)/crd-ref-docs-%:
+	@echo "tools: building crd-ref-docs $* (hack/tools/go.mod) into $(TOOLS_DIR) ..."
+	@mkdir -p $(TOOLS_DIR)
+	cd hack/tools && $(GO) build -o $@.tmp.$$$$ github.com/elastic/crd-ref-docs && mv -f $@.tmp.$$$$ $@
 
 .PHONY: test-unit
 test-unit: ## Run only the tests that need no testbed (build tag unit): pure logic, no binaries, well under a minute once compiled.
@@ -125,7 +153,7 @@ clean: ## Remove built binaries (not the testbed binary cache).
 	rm -rf $(BIN_DIR)
 
 .PHONY: bench-fleet
-bench-fleet: testbed-bins ## The fleet benchmark: 20 members at 50 ms round trip, a canary and a fleet wave, RollbackAll, controller RSS, hub requests (about 5 minutes once the testbed binaries are built; REWIND_FLEET_MEMBERS=N and REWIND_FLEET_CRS=N change the fleet and the MySQLClusters per member). Writes bench/results-fleet.txt.
+bench-fleet: testbed-bins ## The fleet benchmark: 20 members at 50 ms round trip, a canary and a fleet wave, RollbackAll, controller RSS, hub requests, and (e) the chaos run: the same upgrade and RollbackAll with every member connection reset every 10 s, against runs without faults (about 8 minutes on a quiet machine once the testbed binaries are built; REWIND_FLEET_CHAOS=off skips (e); REWIND_FLEET_MEMBERS=N and REWIND_FLEET_CRS=N change the fleet and the MySQLClusters per member). Writes bench/results-fleet.txt.
 	$(GO) test ./bench/fleet/ -run '^$$' -bench . -benchtime 1x -timeout 90m | tee bench/results-fleet.txt
 
 .PHONY: bench

@@ -18,6 +18,10 @@ const (
 	// (an unreachable member, an unavailable snapshot store) without failing; the message
 	// names them.
 	ConditionWaiting = "Waiting"
+	// ConditionPreflight (Rollout) says whether the last revision's release passed the checks
+	// against each cluster's CRDs and custom resources (spec.preflight); the message lists the
+	// findings.
+	ConditionPreflight = "Preflight"
 	// ConditionRolledBack (Rollout) says changed clusters were returned to the previous release.
 	ConditionRolledBack = "RolledBack"
 
@@ -48,6 +52,12 @@ const (
 	ReasonStored           = "Stored"
 	ReasonHealthGateFailed = "HealthGateFailed"
 	ReasonPrecheckFailed   = "PrecheckFailed"
+	// ReasonPreflightFailed (Rollout Preflight/Stalled): a finding of error severity stopped
+	// the revision before any cluster changed (spec.preflight.mode Enforce).
+	ReasonPreflightFailed = "PreflightFailed"
+	// ReasonPreflightPassed (Rollout Preflight): no finding stops the release (any warnings,
+	// and errors of ignored checks or under mode Warn, are in the message).
+	ReasonPreflightPassed  = "PreflightPassed"
 	ReasonRetriesExhausted = "RetriesExhausted"
 	// ReasonStepFailed: a per-cluster step failed for good (see the message).
 	ReasonStepFailed = "StepFailed"

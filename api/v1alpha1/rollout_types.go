@@ -178,6 +178,37 @@ type RolloutSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	SnapshotStore string `json:"snapshotStore,omitempty"`
+	// preflight checks a new release against each cluster's CRDs and custom resources before
+	// any cluster changes (the checks of `rewind plan`). Unset: mode Enforce, nothing ignored.
+	// +optional
+	Preflight *Preflight `json:"preflight,omitempty"`
+}
+
+// Preflight modes.
+const (
+	// PreflightEnforce stops a revision before any cluster changes when a finding has error
+	// severity (and its check is not ignored).
+	PreflightEnforce = "Enforce"
+	// PreflightWarn records the findings in the Preflight condition and goes on.
+	PreflightWarn = "Warn"
+)
+
+// Preflight says what the checks before a revision do with their findings.
+type Preflight struct {
+	// mode is Enforce (a finding of error severity stops the revision before any cluster
+	// changes; the Stalled and Preflight conditions name it) or Warn (findings are recorded
+	// in the Preflight condition and the revision goes on). A rollback is never checked.
+	// +optional
+	// +kubebuilder:default=Enforce
+	// +kubebuilder:validation:Enum=Enforce;Warn
+	Mode string `json:"mode,omitempty"`
+	// ignore lists checks whose findings never stop a revision (they are still recorded),
+	// so one accepted change does not turn the whole check off.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:Enum=StoredVersionRemoved;ScopeChanged;ServedVersionRemoved;NamesChanged;RequiredFieldAdded;FieldRemoved;TypeChanged;DefaultAdded;DefaultChanged;DefaultRemoved;EnumNarrowed;BoundTightened;PatternChanged;FormatChanged;NullableRemoved;PreserveUnknownFieldsChanged;ListTypeChanged;ValidationRuleAdded;ConversionChanged;UnknownChange;ObjectRefused;FieldLost;FieldChanged;RoundTripRefused;ConversionNotVerified
+	Ignore []string `json:"ignore,omitempty"`
 }
 
 // ValuesOverride is Helm values for the clusters a selector matches.

@@ -9,7 +9,11 @@
 //	(b) a RollbackAll of every cluster against the rollback of one;
 //	(c) the controller's peak RSS during (a) and (b);
 //	(d) hub API requests per cluster per rollout, and the Rollout's status size, at N clusters
-//	    and extrapolated to 1,000.
+//	    and extrapolated to 1,000;
+//	(e) the chaos run: the cycle of (a) and (b) again with every open connection to every member
+//	    reset every 10 s, against the same cycle without faults before and after it: the faults
+//	    injected, the retries the controller made, the outcome (every member compared object by
+//	    object with its snapshot) and the wall times (REWIND_FLEET_CHAOS=off skips it).
 //
 // Run it with `make bench-fleet`.
 package fleet
@@ -73,7 +77,10 @@ var crsPerMember = func() int {
 
 const (
 	latency = 25 * time.Millisecond
-	commit  = "0123456789abcdef0123456789abcdef01234567"
+	// gateTimeout is the rollouts' health gate timeout: the failed release of (b) and (e)
+	// fails its gate on the last member after it.
+	gateTimeout = 30 * time.Second
+	commit      = "0123456789abcdef0123456789abcdef01234567"
 )
 
 func TestMain(m *testing.M) {
@@ -82,7 +89,11 @@ func TestMain(m *testing.M) {
 		// No benchmark selected (e.g. `go test ./...`): no fleet needed.
 		os.Exit(m.Run())
 	}
-	testenv.Main(m, testbed.Options{Members: members, Workloads: true, Nodes: 1, MemberLatency: latency, Profiling: profileDir != ""}, &env)
+	// MemberFaults with nothing in it: every member is behind the member proxy (as
+	// MemberLatency alone puts it, through the same code), and the chaos run (e) turns its
+	// faults on and off at run time.
+	testenv.Main(m, testbed.Options{Members: members, Workloads: true, Nodes: 1, MemberLatency: latency, MemberFaults: &testbed.Faults{},
+		Profiling: profileDir != ""}, &env)
 }
 
 // avoidMarked makes the operator unschedulable on nodes labelled rewind.dev/broken=true.
@@ -467,14 +478,26 @@ type sample struct {
 // samples reads the controller's metrics endpoint and returns the samples of metric name.
 func (p *controllerProcess) samples(b *testing.B, name string) []sample {
 	b.Helper()
-	resp, err := http.Get(p.metrics)
+	out, err := p.scrape(name)
 	if err != nil {
 		b.Fatal(err)
 	}
+	return out
+}
+
+// scrape is samples without a testing.B, for a goroutine.
+func (p *controllerProcess) scrape(name string) ([]sample, error) {
+	resp, err := http.Get(p.metrics)
+	if err != nil {
+		return nil, err
+	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", p.metrics, resp.Status)
+	}
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
-		b.Fatal(err)
+		return nil, err
 	}
 	var out []sample
 	for _, line := range strings.Split(string(data), "\n") {
@@ -485,7 +508,7 @@ func (p *controllerProcess) samples(b *testing.B, name string) []sample {
 		v, _ := strconv.ParseFloat(fields[len(fields)-1], 64)
 		out = append(out, sample{line: line, value: v})
 	}
-	return out
+	return out, nil
 }
 
 // label returns the value of label name in a sample's line.
@@ -588,10 +611,15 @@ type watcher struct {
 	started, finished map[string]time.Time
 	phases            []string // rollout phases in order
 	phaseAt           map[string]time.Time
+	// waited is, for each cluster/path that waited (status.waitingFor), the last reason seen.
+	waited map[string]string
+	// failed is, for each cluster/path seen Failed (whatever its release), its step and message.
+	failed map[string]string
 }
 
 func watch(hub client.Client, ns, rollout string) *watcher {
-	return &watcher{hub: hub, ns: ns, rollout: rollout, started: map[string]time.Time{}, finished: map[string]time.Time{}, phaseAt: map[string]time.Time{}}
+	return &watcher{hub: hub, ns: ns, rollout: rollout, started: map[string]time.Time{}, finished: map[string]time.Time{}, phaseAt: map[string]time.Time{},
+		waited: map[string]string{}, failed: map[string]string{}}
 }
 
 // until polls every 100 ms until done says so.
@@ -614,10 +642,17 @@ func (w *watcher) until(b *testing.B, timeout time.Duration, release string, don
 			return false, nil
 		}
 		for _, t := range list.Items {
+			if t.Status.Phase == v1alpha1.ClusterFailed {
+				// Seen however briefly: a failure policy soon gives the target a new revision.
+				w.failed[t.Spec.Cluster+"/"+t.Status.Path] = t.Status.Step + ": " + t.Status.Message
+			}
 			if t.Spec.ToRelease != release || t.Status.Revision != t.Spec.Revision {
 				continue
 			}
 			key := t.Spec.Cluster + "/" + t.Spec.Path
+			if t.Status.WaitingFor != "" {
+				w.waited[key] = t.Status.WaitingFor
+			}
 			switch t.Status.Phase {
 			case v1alpha1.ClusterUpgrading, v1alpha1.ClusterRollingBack:
 				if _, ok := w.started[key]; !ok {
@@ -771,7 +806,7 @@ func BenchmarkFleet(b *testing.B) {
 	fmt.Printf("setup: %d members populated in %s\n", members, time.Since(start).Round(time.Second))
 
 	p := startController(b)
-	gates := v1alpha1.HealthGates{Timeout: &metav1.Duration{Duration: 30 * time.Second}}
+	gates := v1alpha1.HealthGates{Timeout: &metav1.Duration{Duration: gateTimeout}}
 
 	// Baseline for (b): one cluster's rollback, by the same controller, under the same load.
 	solo := &v1alpha1.Rollout{ObjectMeta: metav1.ObjectMeta{Name: "solo", Namespace: ns}, Spec: v1alpha1.RolloutSpec{
@@ -826,9 +861,15 @@ func BenchmarkFleet(b *testing.B) {
 	sampler := sampleCPU(p)
 	defer sampler.Stop()
 	stepsBefore := p.stepSeconds(b, "fleet")
+	retriesBefore, gatesBefore := p.faultRetries(b, ns, "fleet"), p.gateFailures(b, ns, "fleet")
+	base := cycle{release: "mysql-b"}
+	upStart := time.Now()
 	setRelease(b, hub, ns, "fleet", "mysql-b")
 	w = watch(hub, ns, "fleet")
 	upgraded := w.until(b, 10*time.Minute, "mysql-b", phaseIs("mysql-b", v1alpha1.RolloutSucceeded))
+	base.upgrade = time.Since(upStart)
+	base.upgraded = upgradeResult(upgraded)
+	base.waited = w.waited
 	stopProfile()
 	breakdownA := cpuBreakdown(timesBefore, cpuTimes(p))
 	reqAfter, memberAfter := p.requests(b)
@@ -846,9 +887,11 @@ func BenchmarkFleet(b *testing.B) {
 	// the others pass, the last fails its gate, and RollbackAll restores every cluster.
 	markNodes(b, env.Members[len(env.Members)-1])
 	reqBefore, memberBefore = p.requests(b)
+	pickyStart := time.Now()
 	setRelease(b, hub, ns, "fleet", "mysql-picky")
 	w = watch(hub, ns, "fleet")
 	w.until(b, 10*time.Minute, "mysql-picky", func(ro *v1alpha1.Rollout) bool { return ro.Status.Phase == v1alpha1.RolloutRollingBack })
+	base.gate = w.phaseAt[v1alpha1.RolloutRollingBack].Sub(pickyStart)
 	timesBefore = cpuTimes(p)
 	stopProfile = p.profileDuring(b, "b", 10)
 	rolledBack := w.until(b, 10*time.Minute, "mysql-b", phaseIs("mysql-b", v1alpha1.RolloutRolledBack))
@@ -861,6 +904,12 @@ func BenchmarkFleet(b *testing.B) {
 	floorB := floor(sampler, w.phaseAt[v1alpha1.RolloutRollingBack], w.phaseAt[v1alpha1.RolloutRolledBack], idleBusy, 2*oneRollback)
 	statusRollback, _ := json.Marshal(rolledBack.Status)
 	rssB, anonB := p.resetPeak()
+	base.canary, base.wave, base.rollback, base.restores = canary, wave, fromGate, all
+	base.memberUp, base.memberBack = memberUpgrade, memberRollback
+	maps.Copy(base.waited, w.waited)
+	base.failed = w.failed
+	base.retries = retryDelta(retriesBefore, p.faultRetries(b, ns, "fleet"))
+	base.gateFailed = gateDelta(gatesBefore, p.gateFailures(b, ns, "fleet"))
 
 	n := float64(members)
 	perClusterUp, perClusterBack := reqUpgrade/n, reqRollback/n
@@ -898,6 +947,12 @@ func BenchmarkFleet(b *testing.B) {
 	b.ReportMetric(wave.Seconds()/canary.Seconds(), "wave/canary")
 	b.ReportMetric(fromGate.Seconds()/oneRollback.Seconds(), "rollback/one")
 	b.ReportMetric(float64(max(rssA, rssB))/(1<<20), "MiB-RSS")
+
+	if chaosOff {
+		fmt.Printf("(e) chaos run skipped (REWIND_FLEET_CHAOS=off)\n")
+		return
+	}
+	chaos(b, hub, p, ns, names, base)
 }
 
 func setRelease(b *testing.B, hub client.Client, ns, name, rel string) {

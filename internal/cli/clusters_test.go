@@ -227,7 +227,11 @@ func TestUnreachableMemberDoesNotDisturbOthers(t *testing.T) {
 		}
 	}
 	for _, m := range env.Members {
-		waitMember(t, m.Name, "Reachable=True", func(mc *v1alpha1.MemberCluster) bool { return reachable(mc) == "True" })
+		// Reachable=True may come from the reconciler's own check before the first probe: wait
+		// for the probe's verdict, so that the last success below is the probe's.
+		waitMember(t, m.Name, "Reachable=True by the probe", func(mc *v1alpha1.MemberCluster) bool {
+			return reachable(mc) == "True" && mc.Status.LastProbeSuccessTime != nil
+		})
 	}
 	lost, kept := env.Members[1], env.Members[0]
 	lost.StopAPIServer()

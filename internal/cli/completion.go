@@ -23,6 +23,7 @@ func addDefaultCommands(root *cobra.Command) {
 		case "help":
 			c.Example = fmt.Sprintf("  %s help snapshot take\n  %s help rollout", name, name)
 		case "completion":
+			c.Example = fmt.Sprintf("  source <(%s completion bash)\n  %s completion zsh > \"${fpath[1]}/_%s\"", name, name, name)
 			c.Long += `
 To complete 'kubectl rewind ...' (kubectl 1.26 and later), put kubectl_complete-rewind on
 the PATH next to kubectl-rewind: 'make build' links both to bin/rewind. kubectl runs it with

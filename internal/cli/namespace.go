@@ -18,6 +18,8 @@ func newNamespaceCommand(h *hubFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "namespace",
 		Short: "Let the rewind controller work in hub namespaces (or stop it)",
+		Example: `  rewind namespace enable team-a --context hub
+  rewind namespace disable team-a --context hub`,
 	}
 	cmd.AddCommand(&cobra.Command{
 		Use:   "enable NAMESPACE...",

@@ -34,6 +34,9 @@ func newReleaseCommand(h *hubFlags) *cobra.Command {
 		Use:     "release",
 		Aliases: []string{"releases"},
 		Short:   "Create immutable operator releases from manifests, a Helm chart or an OLM bundle",
+		Example: `  rewind release create mysql-v1 --operator mysql-operator --version 1.0.0 \
+      --git-commit 3f2a9c1e7b4d5a6f8e9d0c1b2a3f4e5d6c7b8a90 \
+      --image registry.example.com/mysql-operator:3f2a9c1 --manifests ./deploy`,
 		Long: `An OperatorRelease is one immutable release of an operator: its SemVer version, pinned
 image, git commit and the digest of its rendered manifests, stored in the hub namespace.
 Its manifests come from a source the rewind controller fetches (an OCI registry, a Helm

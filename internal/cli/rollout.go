@@ -52,6 +52,10 @@ func newRolloutCommand(h *hubFlags) *cobra.Command {
 		Use:     "rollout",
 		Aliases: []string{"rollouts"},
 		Short:   "Watch, approve, pause and resume rollouts",
+		Example: `  rewind rollout status mysql --watch
+  rewind rollout approve mysql fleet
+  rewind rollout pause mysql
+  rewind rollout resume mysql`,
 		Long: `A Rollout brings one operator to its desired OperatorRelease on the member clusters, wave
 after wave, with a snapshot before every change and health gates after it. List them with
 'kubectl get rollouts.rewind.dev -n NAMESPACE'.`,
@@ -103,7 +107,9 @@ succeeds, fails or is rolled back; with -o json or -o yaml each print is a whole
 				} else if err != nil {
 					return err
 				}
-				if !watch || finalPhase(ro.Status.Phase) {
+				// A phase is final only once the controller has seen the spec: right after
+				// spec.release changed, the status still shows the previous revision's end.
+				if !watch || (finalPhase(ro.Status.Phase) && ro.Status.ObservedGeneration == ro.Generation) {
 					return nil
 				}
 				select {

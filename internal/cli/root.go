@@ -64,6 +64,13 @@ func newRoot(name string) *cobra.Command {
 	root := &cobra.Command{
 		Use:   name,
 		Short: "Release Kubernetes operators to many clusters in waves, and always bring them back",
+		Example: `  rewind testbed up --members 3
+  rewind clusters add member1 --kubeconfig member1.kubeconfig
+  rewind release create mysql-v1 --operator mysql-operator --version 1.0.0 \
+      --git-commit 3f2a9c1e7b4d5a6f8e9d0c1b2a3f4e5d6c7b8a90 \
+      --image registry.example.com/mysql-operator:3f2a9c1 --manifests ./deploy
+  rewind rollout status mysql --watch
+  rewind rollback mysql`,
 		Long: `rewind releases an operator to many member clusters in waves. Before every change it
 snapshots each cluster's operator state (CRDs, every custom resource with its status, and
 everything the operator created); after the change it gates on health; when a gate fails it
@@ -91,6 +98,7 @@ files of $KUBECONFIG, else ~/.kube/config; --context picks a context and -n a na
 	root.AddCommand(newRollbackCommand(h))
 	root.AddCommand(newRetryCommand(h))
 	root.AddCommand(newHistoryCommand(h))
+	root.AddCommand(newPlanCommand(h))
 	root.AddCommand(newTestbedCommand())
 	root.AddCommand(newDemoCommand())
 	root.AddCommand(newVersionCommand())

@@ -26,6 +26,9 @@ func newSnapshotCommand(h *hubFlags) *cobra.Command {
 		Use:     "snapshot",
 		Aliases: []string{"snapshots", "snap"},
 		Short:   "Take, list, show, diff and verify snapshots of an operator's state on a member cluster",
+		Example: `  rewind snapshot take --cluster prod-eu-1 --operator mysql-operator
+  rewind snapshot list --cluster prod-eu-1
+  rewind snapshot verify prod-eu-1-mysql-operator-20260101-120000`,
 		Long: `A snapshot is one capture of an operator's state on one member cluster: its CRDs, every
 custom resource with its status, and the associated resources. The Snapshot object lives in
 the hub namespace; its encrypted payload lives in a store (hub Secrets, a folder or a bucket).`,

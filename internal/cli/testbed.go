@@ -33,6 +33,9 @@ func newTestbedCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "testbed",
 		Short: "Run a local hub and member clusters (real kube-apiserver + etcd) for trying rewind",
+		Example: `  rewind testbed up --members 3
+  rewind testbed status
+  rewind testbed down`,
 		Long: `A testbed is one etcd, a hub kube-apiserver and N member kube-apiservers, and, with
 --workloads, a kube-controller-manager, kube-scheduler and kwok (with --nodes fake nodes that
 carry the labels of real Linux nodes spread over three zones) per member so that Deployments

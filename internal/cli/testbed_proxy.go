@@ -108,8 +108,10 @@ func (p *proxyFlags) config() (testbed.ProxyConfig, error) {
 func newTestbedProxyCommand() *cobra.Command {
 	var pf proxyFlags
 	cmd := &cobra.Command{
-		Use:    "proxy [--latency DURATION] [fault flags] --route LISTEN=TARGET...",
-		Short:  "Forward connections to members with a delay and faults (started by 'testbed up')",
+		Use:   "proxy [--latency DURATION] [fault flags] --route LISTEN=TARGET...",
+		Short: "Forward connections to members with a delay and faults (started by 'testbed up')",
+		Example: `  # started by 'rewind testbed up --member-latency 25ms'; by hand, for one member:
+  rewind testbed proxy --latency 25ms --route 127.0.0.1:16443=127.0.0.1:6443`,
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

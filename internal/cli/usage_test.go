@@ -164,7 +164,7 @@ var commandsWithOutput = []string{
 	"clusters add", "clusters list", "clusters check",
 	"release create",
 	"snapshot take", "snapshot list", "snapshot show", "snapshot diff", "snapshot verify", "snapshot restore", "snapshot import",
-	"rollout status", "rollout approve", "rollout pause", "rollout resume", "rollback", "retry", "history",
+	"rollout status", "rollout approve", "rollout pause", "rollout resume", "rollback", "retry", "history", "plan",
 	"testbed up", "testbed status",
 	"version",
 }
@@ -525,4 +525,47 @@ func TestFirstExample(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestEveryCommandHasAnExample: the command groups and the root too (leaves are checked in
+// full above), hidden ones included. Each example that runs rewind names this command or one
+// below it, with flags that parse.
+func TestEveryCommandHasAnExample(t *testing.T) {
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		path := c.CommandPath()
+		t.Run(path, func(t *testing.T) {
+			if strings.TrimSpace(c.Example) == "" {
+				t.Fatalf("%s has no Example", path)
+			}
+			ran := 0
+			for _, line := range exampleCommands(c.Example) {
+				words := shellWords(line)
+				for len(words) > 0 && strings.Contains(words[0], "=") && !strings.HasPrefix(words[0], "-") {
+					words = words[1:]
+				}
+				if len(words) == 0 || words[0] != "rewind" {
+					continue
+				}
+				ran++
+				found, rest, err := NewRootCommand().Find(words[1:])
+				if err != nil {
+					t.Fatalf("example %q: %v", line, err)
+				}
+				if found.CommandPath() != path && !strings.HasPrefix(found.CommandPath(), path+" ") {
+					t.Fatalf("example %q runs %q, which is not %q or below it", line, found.CommandPath(), path)
+				}
+				if err := found.ParseFlags(rest); err != nil {
+					t.Fatalf("example %q: %v", line, err)
+				}
+			}
+			if ran == 0 {
+				t.Fatalf("no example of %s runs rewind:\n%s", path, c.Example)
+			}
+		})
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(NewRootCommand())
 }

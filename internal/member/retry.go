@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+
 	"github.com/rewind-dev/rewind/internal/fault"
 	"github.com/rewind-dev/rewind/internal/metrics"
 )
@@ -37,6 +39,12 @@ type retryTransport struct {
 	next    http.RoundTripper
 	cluster string
 }
+
+// WrappedRoundTripper lets client-go reach the transport below (utilnet.RoundTripperWrapper),
+// to cancel a request on a client timeout as it does through its own wrappers.
+var _ utilnet.RoundTripperWrapper = (*retryTransport)(nil)
+
+func (t *retryTransport) WrappedRoundTripper() http.RoundTripper { return t.next }
 
 func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	for try := 1; ; try++ {

@@ -46,7 +46,9 @@ var (
 	buildOut  []byte
 )
 
-// buildRewind builds the rewind binary once per test run.
+// buildRewind builds the rewind binary once per test run, into the state folder of the
+// package's testbed, which TestMain removes when it stops the testbed: the binary (about
+// 200 MB) does not outlive the run.
 func buildRewind(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -55,8 +57,8 @@ func buildRewind(t *testing.T) string {
 			buildErr = err
 			return
 		}
-		dir, err := os.MkdirTemp("", "rewind-bin-")
-		if err != nil {
+		dir := filepath.Join(env.StateDir, "bin")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
 			buildErr = err
 			return
 		}

@@ -10,6 +10,7 @@ package faults
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/controller"
@@ -62,6 +64,44 @@ func inject(t *testing.T, f testbed.Faults) (stop func()) {
 			}
 		})
 	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// resetOnEveryStep resets a member's connections, and refuses new ones for RefuseFor, each
+// time one of its targets moves to another phase or step, until the test ends or stop is
+// called. The periodic resets alone may miss a rollout that takes a few seconds; with these,
+// every step rewind starts meets a fault, whatever the machine's pace.
+func resetOnEveryStep(t *testing.T, f *fleet.Fleet) (stop func()) {
+	t.Helper()
+	members := map[string]*testbed.FaultInjector{}
+	for _, m := range suite.Env.Members {
+		members[m.Name] = m.Faults()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		seen := map[string]string{}
+		_ = wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			var list v1alpha1.RolloutTargetList
+			if err := f.Hub().List(ctx, &list, client.InNamespace(f.NS), client.MatchingLabels{v1alpha1.LabelRollout: f.Name}); err != nil {
+				return false, nil
+			}
+			for _, tg := range list.Items {
+				at := fmt.Sprintf("%d/%s/%s/%s", tg.Status.Revision, tg.Status.Path, tg.Status.Phase, tg.Status.Step)
+				if prev, ok := seen[tg.Spec.Cluster]; ok && prev != at {
+					if fi := members[tg.Spec.Cluster]; fi != nil {
+						fi.ResetNow()
+					}
+				}
+				seen[tg.Spec.Cluster] = at
+			}
+			return false, nil
+		})
+	}()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
 	t.Cleanup(stop)
 	return stop
 }
@@ -125,8 +165,10 @@ func TestUpgradeUnderResets(t *testing.T) {
 	before, retried := suite.Env.FaultCounts(), faultRetries(t, f)
 
 	stop := inject(t, testbed.Faults{ResetEvery: 3 * time.Second})
+	stopSteps := resetOnEveryStep(t, f)
 	f.SetRelease("mysql-b", nil)
 	ro := f.WaitPhase("mysql-b", v1alpha1.RolloutSucceeded, 5*time.Minute)
+	stopSteps()
 	stop()
 	injected := suite.Env.FaultCounts()
 	t.Logf("faults injected: %s (before the upgrade: %s); fault retries: %.0f", injected, before, faultRetries(t, f)-retried)
@@ -152,8 +194,10 @@ func TestRollbackUnderResets(t *testing.T) {
 	retried := faultRetries(t, f)
 
 	stop := inject(t, testbed.Faults{ResetEvery: 3 * time.Second})
+	stopSteps := resetOnEveryStep(t, f)
 	suite.Rewind(t, f.NS, "rollback", f.Name, "--reason", "rolled back under resets")
 	ro := f.WaitPhase("mysql-a", v1alpha1.RolloutRolledBack, 5*time.Minute)
+	stopSteps()
 	stop()
 	t.Logf("faults injected: %s; fault retries: %.0f", suite.Env.FaultCounts(), faultRetries(t, f)-retried)
 	if faultRetries(t, f) == retried {

@@ -28,11 +28,12 @@ const historyLimit = 20
 // startRevision begins rolling out rel: everything that can be checked without a member is
 // checked first (the release loads, the CEL checks compile, the waves resolve to clusters), so
 // a mistake stops the rollout before any cluster changes. Then each cluster's path is planned,
-// the targets are written, and the revision is recorded. automatic is the reason when the
+// a new release is checked against the clusters it upgrades (spec.preflight), the targets are
+// written, and the revision is recorded. automatic is the reason when the
 // failure policy rolls back (spec.release is left as it is).
 func (r *Reconciler) startRevision(ctx context.Context, s *scope, rel, automatic string) error {
 	ro := s.ro
-	relObj, _, err := r.Releases.Load(ctx, r.Hub, ro.Namespace, rel)
+	relObj, relObjs, err := r.Releases.Load(ctx, r.Hub, ro.Namespace, rel)
 	if err != nil {
 		var notReady *release.NotReadyError
 		switch {
@@ -89,6 +90,13 @@ func (r *Reconciler) startRevision(ctx context.Context, s *scope, rel, automatic
 	}
 	plans := Plan(PlanInput{Rollout: ro.Name, Revision: revision, Release: rel, PrevRelease: ro.Status.CurrentRelease,
 		Clusters: clusters, Previous: prev, Snapshots: snaps, Manifests: manifests})
+	// A new release is checked against every cluster it upgrades before any changes; the way
+	// back (an automatic rollback, a person's, a restore) never is: it restores snapshots.
+	if automatic == "" && !IsRollback(plans) {
+		if err := r.runPreflight(ctx, s, rel, relObjs, plans); err != nil {
+			return err
+		}
+	}
 	if err := r.writeTargets(ctx, s, revision, plans, automatic); err != nil {
 		return err
 	}

@@ -1,0 +1,142 @@
+//go:build !unit
+
+// Package docs_test runs the documentation: every shell block marked as tested (a fenced
+// block whose info string is "sh tested") in README.md and docs/*.md is executed, in the
+// order of its file, by one bash per file, against a testbed the blocks themselves start. A
+// block followed directly by a block whose info string is "text output" must print those
+// lines, in that order (blanks are collapsed, and "..." in a line matches any text). A
+// command that fails fails the test.
+package docs_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rewind-dev/rewind/internal/testbed"
+)
+
+// TestDocs runs the tested blocks of each document in one bash, from a folder of its own that
+// holds links to the repository's examples and config and a freshly built bin/rewind, with
+// HOME in that folder (so the testbed's default state folder is there too).
+func TestDocs(t *testing.T) {
+	root, err := testbed.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bins, err := testbed.FindBinaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append([]string{filepath.Join(root, "README.md")}, files...)
+	binDir := filepath.Join(t.TempDir(), "bin")
+	build := exec.Command("go", "build", "-o", filepath.Join(binDir, "rewind"), "./cmd/rewind")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building rewind: %v\n%s", err, out)
+	}
+	tested := 0
+	for _, f := range files {
+		doc, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(root, f)
+		blocks, err := parseBlocks(rel, doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(blocks) == 0 {
+			continue
+		}
+		tested++
+		t.Run(filepath.Base(rel), func(t *testing.T) { runDoc(t, root, binDir, filepath.Dir(bins.APIServer), blocks) })
+	}
+	if tested == 0 {
+		t.Fatal("no document has a tested block")
+	}
+}
+
+func runDoc(t *testing.T, root, binDir, testbedBin string, blocks []block) {
+	work := t.TempDir()
+	for _, l := range []struct{ name, target string }{{"bin", binDir}, {"examples", filepath.Join(root, "examples")}, {"config", filepath.Join(root, "config")}} {
+		if err := os.Symlink(l.target, filepath.Join(work, l.name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stateDir := filepath.Join(work, ".cache", "rewind", "testbed")
+	// Whatever the blocks leave running: the testbed, by its own record.
+	t.Cleanup(func() {
+		if _, err := os.Stat(filepath.Join(stateDir, testbed.StateFileName)); err == nil {
+			if _, err := testbed.StopState(stateDir); err != nil {
+				t.Errorf("stopping the testbed the document left: %v", err)
+			}
+		}
+	})
+	var script strings.Builder
+	script.WriteString("set -euo pipefail\nexec 2>&1\n")
+	for i, b := range blocks {
+		fmt.Fprintf(&script, "printf '\\n%s%d@@\\n'\n%s\n", marker, i, b.script)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", script.String())
+	cmd.Dir = work
+	cmd.Env = append(os.Environ(), "HOME="+work, "XDG_CACHE_HOME=", "KUBECONFIG=",
+		"PATH="+testbedBin+string(os.PathListSeparator)+os.Getenv("PATH"),
+		testbed.BinDirEnv+"="+testbedBin)
+	// Its own process group: what the blocks start in the background (the controller) is
+	// stopped with it, by the group's id.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	start := time.Now()
+	runErr := cmd.Run()
+	if cmd.Process != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+	}
+	// The output of each block, by its marker.
+	outputs := make([]string, len(blocks))
+	last := -1
+	for _, chunk := range strings.Split(out.String(), "\n"+marker)[1:] {
+		var i int
+		if _, err := fmt.Sscanf(chunk, "%d@@", &i); err != nil || i < 0 || i >= len(blocks) {
+			t.Fatalf("unreadable marker in the output: %q", chunk[:min(len(chunk), 40)])
+		}
+		outputs[i] = chunk[strings.Index(chunk, "\n")+1:]
+		last = i
+	}
+	if runErr != nil {
+		if last < 0 {
+			t.Fatalf("bash: %v\n%s", runErr, out.String())
+		}
+		b := blocks[last]
+		t.Fatalf("%s:%d: the block failed (%v) after %s:\n%s\noutput:\n%s", b.file, b.line, runErr, time.Since(start).Round(time.Second), b.script, outputs[last])
+	}
+	t.Logf("%d blocks ran in %s", len(blocks), time.Since(start).Round(time.Second))
+	if testing.Verbose() {
+		for i, b := range blocks {
+			t.Logf("%s:%d printed:\n%s", b.file, b.line, outputs[i])
+		}
+	}
+	for i, b := range blocks {
+		if b.want == nil {
+			continue
+		}
+		if err := matchOutput(outputs[i], b.want); err != nil {
+			t.Errorf("%s:%d: the output is not the one the document shows: %v\nblock:\n%s\noutput:\n%s", b.file, b.line, err, b.script, outputs[i])
+		}
+	}
+}

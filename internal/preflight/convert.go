@@ -1,0 +1,136 @@
+package preflight
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
+)
+
+// Converter converts custom resources between the versions of a CRD as the CRD's
+// spec.conversion says.
+type Converter interface {
+	// Convert returns obj (not changed) at version toVersion of crd.
+	Convert(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition, obj map[string]any, toVersion string) (map[string]any, error)
+}
+
+// ErrConversionNotVerified: the CRD converts through a webhook and no way to call it was given.
+// Such a conversion is reported as not verified, never as safe.
+var ErrConversionNotVerified = errors.New("the CRD converts through a webhook that cannot be called here")
+
+// Conversion converts as the API server does: strategy None rewrites apiVersion; strategy
+// Webhook calls Webhook (ErrConversionNotVerified when it is nil).
+type Conversion struct {
+	// Webhook calls a CRD's conversion webhook; nil when none can be called.
+	Webhook Converter
+}
+
+// Convert implements Converter.
+func (c Conversion) Convert(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition, obj map[string]any, toVersion string) (map[string]any, error) {
+	to := crd.Spec.Group + "/" + toVersion
+	if apiVersion, _ := obj["apiVersion"].(string); apiVersion == to {
+		return deepCopy(obj), nil
+	}
+	if crd.Spec.Conversion == nil || crd.Spec.Conversion.Strategy == apiextensionsv1.NoneConverter || crd.Spec.Conversion.Strategy == "" {
+		out := deepCopy(obj)
+		out["apiVersion"] = to
+		return out, nil
+	}
+	if c.Webhook == nil {
+		return nil, ErrConversionNotVerified
+	}
+	return c.Webhook.Convert(ctx, crd, obj, toVersion)
+}
+
+// WebhookClient calls a conversion webhook at URL with a ConversionReview (apiextensions.k8s.io/v1),
+// as the API server does.
+type WebhookClient struct {
+	// URL of the webhook (https://host:port/path).
+	URL string
+	// Client makes the request (its transport trusts the webhook's CA); http.DefaultClient when nil.
+	Client *http.Client
+}
+
+// WebhookError is a conversion the webhook refused or answered wrongly.
+type WebhookError struct {
+	URL    string
+	Reason string
+}
+
+func (e *WebhookError) Error() string {
+	return fmt.Sprintf("conversion webhook %s: %s", e.URL, e.Reason)
+}
+
+// Convert implements Converter.
+func (w WebhookClient) Convert(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition, obj map[string]any, toVersion string) (map[string]any, error) {
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		return nil, err
+	}
+	review := apiextensionsv1.ConversionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: apiextensionsv1.SchemeGroupVersion.String(), Kind: "ConversionReview"},
+		Request: &apiextensionsv1.ConversionRequest{
+			UID:               types.UID(uuid.NewUUID()),
+			DesiredAPIVersion: crd.Spec.Group + "/" + toVersion,
+			Objects:           []runtime.RawExtension{{Raw: raw}},
+		},
+	}
+	body, err := json.Marshal(review)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.URL, bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("conversion webhook URL %q: %w", w.URL, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	client := w.Client
+	if client == nil {
+		client = http.DefaultClient
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("calling conversion webhook %s: %w", w.URL, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, fmt.Errorf("reading the answer of conversion webhook %s: %w", w.URL, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, &WebhookError{URL: w.URL, Reason: fmt.Sprintf("HTTP %d", resp.StatusCode)}
+	}
+	var answer apiextensionsv1.ConversionReview
+	if err := json.Unmarshal(data, &answer); err != nil {
+		return nil, &WebhookError{URL: w.URL, Reason: "the answer is not a ConversionReview: " + err.Error()}
+	}
+	r := answer.Response
+	switch {
+	case r == nil:
+		return nil, &WebhookError{URL: w.URL, Reason: "the ConversionReview has no response"}
+	case r.UID != review.Request.UID:
+		return nil, &WebhookError{URL: w.URL, Reason: "the response's uid is not the request's"}
+	case r.Result.Status != metav1.StatusSuccess:
+		return nil, &WebhookError{URL: w.URL, Reason: "conversion failed: " + r.Result.Message}
+	case len(r.ConvertedObjects) != 1:
+		return nil, &WebhookError{URL: w.URL, Reason: fmt.Sprintf("%d converted objects for 1 sent", len(r.ConvertedObjects))}
+	}
+	out := &unstructured.Unstructured{}
+	if err := out.UnmarshalJSON(r.ConvertedObjects[0].Raw); err != nil {
+		return nil, &WebhookError{URL: w.URL, Reason: "the converted object does not decode: " + err.Error()}
+	}
+	if out.GetAPIVersion() != review.Request.DesiredAPIVersion {
+		return nil, &WebhookError{URL: w.URL, Reason: fmt.Sprintf("converted to %s, not %s", out.GetAPIVersion(), review.Request.DesiredAPIVersion)}
+	}
+	return out.Object, nil
+}
