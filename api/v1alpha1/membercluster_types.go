@@ -23,11 +23,66 @@ type SecretKeyRef struct {
 	Key string `json:"key,omitempty"`
 }
 
+// Modes of a member cluster (MemberCluster spec.mode).
+const (
+	// ModePush: the hub reaches the member with a kubeconfig it holds and runs the member's
+	// RolloutTargets itself.
+	ModePush = "Push"
+	// ModePull: `rewind agent` runs in the member, reaches the hub with a credential limited
+	// to the member's hub namespace and runs the member's RolloutTargets there; the hub holds
+	// no credential for the member.
+	ModePull = "Pull"
+)
+
+// MemberNamespacePrefix starts the name of a pull member's hub namespace: MemberNamespace.
+const MemberNamespacePrefix = "rewind-member-"
+
+// MaxPullMemberNameLength is the longest name of a pull member: its hub namespace,
+// MemberNamespacePrefix + name, must be a DNS label (63 characters).
+const MaxPullMemberNameLength = 63 - len(MemberNamespacePrefix)
+
+// MemberNamespace is the hub namespace of pull member cluster: the only namespace its agent's
+// hub credential reaches (see MemberClusterSpec.Mode).
+func MemberNamespace(cluster string) string { return MemberNamespacePrefix + cluster }
+
 // MemberClusterSpec says how to reach a member cluster.
+//
+// +kubebuilder:validation:XValidation:rule="self.mode != 'Push' || has(self.kubeconfigSecretRef)",message="spec.kubeconfigSecretRef is required in mode Push: register the member with rewind clusters add NAME --kubeconfig FILE, or set mode Pull (rewind clusters join NAME)",reason="FieldValueRequired"
+// +kubebuilder:validation:XValidation:rule="self.mode != 'Pull' || !has(self.kubeconfigSecretRef)",message="spec.kubeconfigSecretRef must be unset in mode Pull: the hub holds no credential for a pull member, its agent reaches the hub",reason="FieldValueForbidden"
+// +kubebuilder:validation:XValidation:rule="self.mode == oldSelf.mode",message="spec.mode cannot change: a member's RolloutTargets live where its mode puts them; remove the member (rewind clusters leave NAME, or delete the MemberCluster) and register it again"
 type MemberClusterSpec struct {
+	// mode says who runs the member's RolloutTargets.
+	//
+	// Push (the default): the controller, with the kubeconfig of kubeconfigSecretRef, for
+	// members the hub can reach.
+	//
+	// Pull: `rewind agent` inside the member, for members the hub cannot reach (NAT, private
+	// API servers, edge sites) or must hold no credential for. `rewind clusters join NAME`
+	// creates the member's hub namespace, rewind-member-NAME (MemberNamespace), and the
+	// agent's identity there; the agent's hub credential reaches that namespace and nothing
+	// else of the hub, apart from reading this MemberCluster and writing its status. The
+	// agent heartbeats with the Lease rewind-agent in that namespace; a Lease not renewed for
+	// unreachableTimeout makes the member unreachable (Reachable Unknown) and its targets wait,
+	// as a push member's do.
+	//
+	// Where a pull member's work lives: its RolloutTargets themselves, not copies. The Rollout
+	// writes the target of a pull member into the member's hub namespace instead of its own
+	// (labelled rewind.dev/rollout and rewind.dev/rollout-namespace, as it cannot own it
+	// across namespaces), the agent writes the target's status there, and the Rollout reads
+	// that status as it reads a push target's. So the hub writes per cluster what it writes
+	// for a push member, the target's spec, and no status is mirrored: a copy written by the
+	// hub would double the hub's writes of every step. What a target's steps read besides the
+	// target, the release's OperatorRelease and its stored manifests, the snapshot store and
+	// its key, the hub copies into the namespace once per release (content-addressed, so
+	// nothing is copied twice); the snapshots of a pull member live in its namespace.
+	// +optional
+	// +kubebuilder:default=Push
+	// +kubebuilder:validation:Enum=Push;Pull
+	Mode string `json:"mode,omitempty"`
 	// kubeconfigSecretRef names the Secret whose key holds a kubeconfig for the member.
-	// +required
-	KubeconfigSecretRef SecretKeyRef `json:"kubeconfigSecretRef"`
+	// Required in mode Push, unset in mode Pull (the zero value in Go).
+	// +optional
+	KubeconfigSecretRef SecretKeyRef `json:"kubeconfigSecretRef,omitzero"`
 	// checkInterval is how often the member is checked again.
 	// +optional
 	// +kubebuilder:default="30s"
@@ -36,7 +91,8 @@ type MemberClusterSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="must be a duration such as 30s, 5m or 1h30m"
 	CheckInterval *metav1.Duration `json:"checkInterval,omitempty"`
 	// unreachableTimeout is how long the controller's health probe of the member (a cheap
-	// request every few seconds) may keep failing before the member counts as unreachable.
+	// request every few seconds) may keep failing before the member counts as unreachable;
+	// for a pull member, how long its agent's Lease may go unrenewed.
 	// Until then a fault on the way to the member (a reset connection, a timeout, a 429 or
 	// 5xx, an API server restarting) is retried in place and never fails a release; after it,
 	// the member's RolloutTargets wait (or fail, where the Rollout's spec.unreachablePolicy is
@@ -120,16 +176,53 @@ type MemberClusterStatus struct {
 	// lastCheckTime is when the member was last checked.
 	// +optional
 	LastCheckTime *metav1.Time `json:"lastCheckTime,omitempty"`
+	// agent is what the hub knows of a pull member's agent (mode Pull only).
+	// +optional
+	Agent *AgentStatus `json:"agent,omitempty"`
 	// observedGeneration is the generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 }
 
-// MemberCluster is a member cluster that rewind releases operators to, reached through a
-// kubeconfig Secret in the hub.
+// AgentStatus is the state of a pull member's agent and of its hub credential. `rewind
+// clusters join` writes namespace, serviceAccount and bootstrapExpiresAt; the agent writes
+// joinedAt and credentialExpiresAt; the controller writes lastHeartbeatTime from the
+// agent's Lease. No field holds a token.
+type AgentStatus struct {
+	// namespace is the member's hub namespace (rewind-member-NAME): its RolloutTargets, their
+	// releases and snapshots, the agent's Lease. The agent's credential reaches no other.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace,omitempty"`
+	// serviceAccount is the agent's identity in the hub (in namespace).
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ServiceAccount string `json:"serviceAccount,omitempty"`
+	// bootstrapExpiresAt is when the bootstrap token of the last `rewind clusters join`
+	// expires. It is good for one exchange, before then; the hub's API server refuses it
+	// after either.
+	// +optional
+	BootstrapExpiresAt *metav1.Time `json:"bootstrapExpiresAt,omitempty"`
+	// joinedAt is when the agent exchanged that bootstrap token for its credential (unset:
+	// not yet).
+	// +optional
+	JoinedAt *metav1.Time `json:"joinedAt,omitempty"`
+	// credentialExpiresAt is when the agent's current hub credential expires; the agent
+	// renews it well before then.
+	// +optional
+	CredentialExpiresAt *metav1.Time `json:"credentialExpiresAt,omitempty"`
+	// lastHeartbeatTime is the last renewal of the agent's Lease the controller saw.
+	// +optional
+	LastHeartbeatTime *metav1.Time `json:"lastHeartbeatTime,omitempty"`
+}
+
+// MemberCluster is a member cluster that rewind releases operators to: reached through a
+// kubeconfig Secret in the hub (mode Push), or reaching the hub through its agent (mode Pull).
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Cluster,shortName=mc,categories=rewind
+// +kubebuilder:validation:XValidation:rule="self.spec.mode != 'Pull' || (size(self.metadata.name) <= 49 && !self.metadata.name.contains('.'))",message="a pull member's name must be a DNS label of at most 49 characters (no dots): its hub namespace is rewind-member-NAME"
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
 // +kubebuilder:printcolumn:name="Reachable",type=string,JSONPath=`.status.conditions[?(@.type=="Reachable")].status`
 // +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.serverVersion`
 // +kubebuilder:printcolumn:name="Cluster ID",type=string,JSONPath=`.status.clusterID`,priority=1
@@ -156,3 +249,15 @@ type MemberClusterList struct {
 func init() {
 	SchemeBuilder.Register(&MemberCluster{}, &MemberClusterList{})
 }
+
+// MemberCluster reasons of pull members.
+const (
+	// ReasonPullMode: the hub holds no credential for a pull member; its agent does its work.
+	ReasonPullMode = "PullMode"
+	// ReasonAwaitingAgent (Reachable Unknown): no agent of the pull member has joined yet, or
+	// its Lease has not been renewed for the member's unreachableTimeout.
+	ReasonAwaitingAgent = "AwaitingAgent"
+	// ReasonBootstrapTokenExpired (Reachable Unknown): the bootstrap token of the last
+	// `rewind clusters join` expired unused; the hub's API server refuses it.
+	ReasonBootstrapTokenExpired = "BootstrapTokenExpired"
+)

@@ -33,13 +33,16 @@ func newClustersCommand(h *hubFlags) *cobra.Command {
 		Aliases: []string{"cluster"},
 		Short:   "Register member clusters, list them, and check that they run what they should",
 		Example: `  rewind clusters add prod-eu-1 --kubeconfig prod-eu-1.yaml --label env=prod
+  rewind clusters join edge-berlin-7 --bootstrap-kubeconfig edge-berlin-7.bootstrap.yaml
   rewind clusters list
   rewind clusters check --operator mysql-operator --expect mysql-v2`,
-		Long: `A member cluster is reached through a kubeconfig stored in a hub Secret. 'clusters add'
-registers one, 'clusters list' shows what the controller sees of each, and 'clusters check'
-compares every member with the release it should run.`,
+		Long: `A push member cluster is reached through a kubeconfig stored in a hub Secret: 'clusters add'
+registers one. A pull member reaches the hub through its agent: 'clusters join' registers one
+and 'clusters leave' removes it. 'clusters list' shows what the controller sees of each, and
+'clusters check' compares every member with the release it should run.`,
 	}
-	cmd.AddCommand(newClustersAddCommand(h), newClustersListCommand(h), newClustersCheckCommand(h))
+	cmd.AddCommand(newClustersAddCommand(h), newClustersListCommand(h), newClustersCheckCommand(h),
+		newClustersJoinCommand(h), newClustersLeaveCommand(h))
 	return cmd
 }
 

@@ -88,6 +88,7 @@ files of $KUBECONFIG, else ~/.kube/config; --context picks a context and -n a na
 	}
 	h.register(root)
 	root.AddCommand(newControllerCommand(h))
+	root.AddCommand(newAgentCommand())
 	root.AddCommand(newInstallCommand(h))
 	root.AddCommand(newNamespaceCommand(h))
 	root.AddCommand(newClustersCommand(h))

@@ -232,7 +232,7 @@ func setupReconcilers(mgr ctrl.Manager, o Options) error {
 	members := &member.Cache{Hub: kubeconfigReader{hub: hub, cache: mgr.GetClient()}}
 	releases := &release.Cache{}
 	probes := &member.Prober{Hub: mgr.GetClient(), Members: members, Interval: o.ProbeInterval, FailureThreshold: o.ProbeFailureThreshold}
-	if err := (&MemberClusterReconciler{Client: mgr.GetClient(), Members: members, Probes: probes}).SetupWithManager(mgr); err != nil {
+	if err := (&MemberClusterReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Members: members, Probes: probes}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the MemberCluster controller: %w", err)
 	}
 	if err := (&operatorrelease.Reconciler{Client: hub, Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("rewind-operatorrelease")}).SetupWithManager(mgr); err != nil {

@@ -33,6 +33,8 @@ type MemberClusterReconciler struct {
 	client.Client
 	// Members gives access to member clusters (it reads kubeconfig Secrets uncached).
 	Members *member.Cache
+	// APIReader reads pull members' Leases uncached (nil: Client).
+	APIReader client.Reader
 	// Probes is the health probe whose verdict is the Reachable condition (nil: the check's
 	// own outcome decides, as for a member checked outside the controller).
 	Probes *member.Prober
@@ -64,6 +66,10 @@ func (r *MemberClusterReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	mc.Status.LastCheckTime = &now
 	mc.Status.ObservedGeneration = mc.Generation
 
+	if mc.Spec.Mode == v1alpha1.ModePull {
+		// The hub cannot reach a pull member: what it knows comes from the member's agent.
+		return r.checkPull(ctx, mc, interval)
+	}
 	cl, err := r.Members.For(ctx, mc)
 	if err != nil {
 		var se *member.SecretError

@@ -24,6 +24,11 @@ func (e *SecretError) Error() string { return e.Message }
 // ConfigFor reads the kubeconfig Secret of mc from the hub and returns a client configuration
 // for the member. A missing Secret or key, or an unparsable kubeconfig, is a *SecretError.
 func ConfigFor(ctx context.Context, hub client.Reader, mc *v1alpha1.MemberCluster) (*rest.Config, error) {
+	if mc.Spec.Mode == v1alpha1.ModePull {
+		return nil, &SecretError{Reason: v1alpha1.ReasonPullMode, Message: fmt.Sprintf(
+			"member %s is in mode Pull: the hub holds no credential for it and cannot run its work; rewind agent does not run RolloutTargets yet either, so leave pull members out of Rollouts' waves for now",
+			mc.Name)}
+	}
 	ref := mc.Spec.KubeconfigSecretRef
 	secret := &corev1.Secret{}
 	if err := hub.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, secret); err != nil {

@@ -99,7 +99,8 @@ func (p *Prober) Start(ctx context.Context) error {
 // NeedLeaderElection: only the active replica probes (it is the one whose steps use it).
 func (p *Prober) NeedLeaderElection() bool { return true }
 
-// ProbeAll probes every MemberCluster once, concurrently, and forgets members that are gone.
+// ProbeAll probes every push MemberCluster once, concurrently, and forgets members that are
+// gone.
 func (p *Prober) ProbeAll(ctx context.Context) {
 	var list v1alpha1.MemberClusterList
 	if err := p.Hub.List(ctx, &list); err != nil {
@@ -110,6 +111,9 @@ func (p *Prober) ProbeAll(ctx context.Context) {
 	var wg sync.WaitGroup
 	for i := range list.Items {
 		mc := &list.Items[i]
+		if mc.Spec.Mode == v1alpha1.ModePull {
+			continue // the hub cannot reach it: its agent's Lease says whether it is alive
+		}
 		names[mc.Name] = true
 		sem <- struct{}{}
 		wg.Add(1)

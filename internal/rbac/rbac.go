@@ -22,6 +22,9 @@ import (
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;create;patch;delete
 // Values ConfigMaps of releases reconciled from a source (read).
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get
+// The agent's Lease in a pull member's hub namespace (rewind clusters join binds this role
+// there): the member is alive while its agent renews it.
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get
 
 // Names of the controller's identity and roles.
 const (

@@ -1,0 +1,251 @@
+// Package agent is `rewind agent`, the side of a pull member that runs in the member: it joins
+// the hub with its bootstrap token (internal/join), keeps its hub credential renewed, claims
+// its MemberCluster for this cluster (its kube-system UID) and heartbeats with a Lease in its
+// hub namespace, from which the hub tells whether the member is alive.
+package agent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/discovery"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/fault"
+	"github.com/rewind-dev/rewind/internal/join"
+)
+
+// Defaults of the heartbeat.
+const (
+	DefaultHeartbeatInterval = 10 * time.Second
+	DefaultLeaseDuration     = 40 * time.Second
+)
+
+// Options of Run.
+type Options struct {
+	// Cluster is the member's name in the hub.
+	Cluster string
+	// Bootstrap is the hub with the bootstrap token of `rewind clusters join` (nil: a stored
+	// credential is needed).
+	Bootstrap *rest.Config
+	// Credentials keeps the agent's hub credential.
+	Credentials CredentialFile
+	// Member is the member's own API server.
+	Member *rest.Config
+	// CredentialTTL is the lifetime asked for the credential (default join.DefaultCredentialTTL).
+	CredentialTTL time.Duration
+	// HeartbeatInterval is how often the Lease is renewed; LeaseDuration how long it says it
+	// lasts (defaults above).
+	HeartbeatInterval, LeaseDuration time.Duration
+	// Now is the clock (tests move it to make a credential due for renewal).
+	Now func() time.Time
+}
+
+// ClaimError says that the MemberCluster already belongs to another cluster.
+type ClaimError struct{ Cluster, Claimed, This string }
+
+func (e *ClaimError) Error() string {
+	return fmt.Sprintf("member %s is the cluster with ID %s (the UID of its kube-system namespace), and this cluster's ID is %s: another cluster joined under this name; join this one under its own name (rewind clusters join NAME)",
+		e.Cluster, e.Claimed, e.This)
+}
+
+type agent struct {
+	o    Options
+	hub  *rest.Config // the hub's server and CA
+	cred *join.Credential
+	c    client.Client // the hub, with cred
+	id   string        // this cluster's ID
+}
+
+// Run joins (or, with a stored credential, rejoins) the hub and heartbeats until ctx ends, the
+// hub refuses the agent's credential (a *join.RefusedError: the member left, or the credential
+// expired) or the MemberCluster belongs to another cluster (*ClaimError). Faults of the way to
+// the hub or the member are retried.
+func Run(ctx context.Context, o Options) error {
+	log := ctrl.LoggerFrom(ctx).WithValues("cluster", o.Cluster)
+	if err := join.ValidateName(o.Cluster); err != nil {
+		return err
+	}
+	id, version, err := identify(ctx, o.Member)
+	if err != nil {
+		return err
+	}
+	a := &agent{o: o, id: id}
+	cred, hub, err := o.Credentials.Load()
+	if err != nil {
+		return err
+	}
+	if cred == nil || !a.now().Before(cred.ExpiresAt) {
+		if o.Bootstrap == nil {
+			return fmt.Errorf("no usable credential in --credential-file %s and no --bootstrap-kubeconfig: run `rewind clusters join %s` on the hub and pass the file it writes",
+				o.Credentials.Path, o.Cluster)
+		}
+		if cred, err = join.Exchange(ctx, o.Bootstrap, o.Cluster, o.CredentialTTL); err != nil {
+			return err
+		}
+		hub = o.Bootstrap
+		if err := o.Credentials.Save(hub, cred); err != nil {
+			return err
+		}
+		log.Info("joined the hub", "credentialExpiresAt", cred.ExpiresAt)
+	}
+	a.hub = hub
+	if err := a.use(cred); err != nil {
+		return err
+	}
+	if err := a.claim(ctx, version); err != nil {
+		return err
+	}
+	interval := o.HeartbeatInterval
+	if interval <= 0 {
+		interval = DefaultHeartbeatInterval
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		err := a.heartbeat(ctx)
+		if err == nil {
+			err = a.renewIfDue(ctx)
+		}
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case join.IsRefused(err):
+			return err
+		case err != nil:
+			// A fault (or a hub that answers oddly): the next beat tries again; the hub marks
+			// the member Unknown only when the Lease is not renewed for its grace period.
+			log.Info("heartbeat failed, trying again", "error", err.Error())
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func (a *agent) now() time.Time {
+	if a.o.Now != nil {
+		return a.o.Now()
+	}
+	return time.Now()
+}
+
+// use makes cred the credential the agent talks to the hub with.
+func (a *agent) use(cred *join.Credential) error {
+	c, err := client.New(cred.Config(a.hub), client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	a.cred, a.c = cred, c
+	return nil
+}
+
+// renewIfDue renews the credential at join.RenewFraction of its lifetime and stores it.
+func (a *agent) renewIfDue(ctx context.Context) error {
+	if a.now().Before(a.cred.RenewAt()) {
+		return nil
+	}
+	cred, err := join.Renew(ctx, a.cred.Config(a.hub), a.o.Cluster, a.o.CredentialTTL)
+	if err != nil {
+		return err
+	}
+	if err := a.o.Credentials.Save(a.hub, cred); err != nil {
+		return err
+	}
+	ctrl.LoggerFrom(ctx).Info("renewed the hub credential", "cluster", a.o.Cluster, "credentialExpiresAt", cred.ExpiresAt)
+	return a.use(cred)
+}
+
+// claim records this cluster's ID and version in the MemberCluster's status, unless another
+// cluster's ID is there.
+func (a *agent) claim(ctx context.Context, version string) error {
+	mc := &v1alpha1.MemberCluster{}
+	if err := fault.Retry(ctx, 5, func() error { return a.c.Get(ctx, client.ObjectKey{Name: a.o.Cluster}, mc) }); err != nil {
+		return join.CredentialRefused(a.o.Cluster, fmt.Errorf("reading MemberCluster %s: %w", a.o.Cluster, err))
+	}
+	if mc.Status.ClusterID != "" && mc.Status.ClusterID != a.id {
+		return &ClaimError{Cluster: a.o.Cluster, Claimed: mc.Status.ClusterID, This: a.id}
+	}
+	base := mc.DeepCopy()
+	mc.Status.ClusterID, mc.Status.ServerVersion = a.id, version
+	err := fault.Retry(ctx, 5, func() error { return a.c.Status().Patch(ctx, mc, client.MergeFrom(base)) })
+	if err != nil {
+		return join.CredentialRefused(a.o.Cluster, fmt.Errorf("writing the status of MemberCluster %s: %w", a.o.Cluster, err))
+	}
+	return nil
+}
+
+// heartbeat renews the agent's Lease in its hub namespace (creating it the first time).
+func (a *agent) heartbeat(ctx context.Context) error {
+	dur := a.o.LeaseDuration
+	if dur <= 0 {
+		dur = DefaultLeaseDuration
+	}
+	now := metav1.NewMicroTime(a.now())
+	holder := a.o.Cluster + "/" + a.id
+	lease := &coordinationv1.Lease{}
+	key := client.ObjectKey{Namespace: v1alpha1.MemberNamespace(a.o.Cluster), Name: join.AgentLease}
+	err := a.c.Get(ctx, key, lease)
+	switch {
+	case apierrors.IsNotFound(err):
+		lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: ptr(int32(dur.Seconds())), AcquireTime: &now, RenewTime: &now}}
+		err = a.c.Create(ctx, lease)
+	case err == nil:
+		lease.Spec.HolderIdentity, lease.Spec.LeaseDurationSeconds, lease.Spec.RenewTime = &holder, ptr(int32(dur.Seconds())), &now
+		err = a.c.Update(ctx, lease)
+	}
+	if err != nil {
+		return join.CredentialRefused(a.o.Cluster, fmt.Errorf("renewing Lease %s: %w", key, err))
+	}
+	return nil
+}
+
+// identify reads the member's cluster ID (its kube-system namespace's UID) and version.
+func identify(ctx context.Context, member *rest.Config) (id, version string, err error) {
+	c, err := client.New(member, client.Options{Scheme: scheme})
+	if err != nil {
+		return "", "", fmt.Errorf("the member's API server: %w", err)
+	}
+	ns := &corev1.Namespace{}
+	if err := fault.Retry(ctx, 0, func() error { return c.Get(ctx, client.ObjectKey{Name: "kube-system"}, ns) }); err != nil {
+		return "", "", fmt.Errorf("reading the member's kube-system namespace (its cluster ID): %w", err)
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(member)
+	if err != nil {
+		return "", "", err
+	}
+	var v string
+	err = fault.Retry(ctx, 0, func() error {
+		info, err := dc.ServerVersion()
+		if err == nil {
+			v = info.GitVersion
+		}
+		return err
+	})
+	if err != nil {
+		return "", "", fmt.Errorf("reading the member's version: %w", err)
+	}
+	return string(ns.UID), v, nil
+}
+
+var scheme = func() *runtime.Scheme {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = v1alpha1.AddToScheme(s)
+	return s
+}()
+
+func ptr[T any](v T) *T { return &v }
