@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // chromium returns Debian's chromium: $REWIND_CHROMIUM, else /usr/bin/chromium (make
@@ -70,18 +71,10 @@ func browser(t *testing.T) context.Context {
 		if proc == nil {
 			return
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			err := syscall.Kill(proc.Pid, 0)
-			if errors.Is(err, syscall.ESRCH) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Errorf("chromium (pid %d) is still running after the test", proc.Pid)
-				_ = proc.Kill()
-				return
-			}
-			time.Sleep(50 * time.Millisecond)
+		gone := func(context.Context) (bool, error) { return errors.Is(syscall.Kill(proc.Pid, 0), syscall.ESRCH), nil }
+		if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, gone); err != nil {
+			t.Errorf("chromium (pid %d) is still running after the test", proc.Pid)
+			_ = proc.Kill()
 		}
 	})
 	return ctx
@@ -113,21 +106,19 @@ func eval[T any](t *testing.T, ctx context.Context, expr string) T {
 // with what describe (another expression) says then.
 func waitJS(t *testing.T, ctx context.Context, timeout time.Duration, expr, describe string) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	var lastErr error
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
 		tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
 		ok, err := chromedp.Run(tctx, chromedp.Evaluate[bool]("!!("+expr+")"))
+		lastErr = err
+		return err == nil && ok, nil
+	})
+	if err != nil {
+		tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		got, _ := chromedp.Run(tctx, chromedp.Evaluate[any](describe))
 		cancel()
-		if err == nil && ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			got, _ := chromedp.Run(tctx, chromedp.Evaluate[any](describe))
-			cancel()
-			t.Fatalf("waited %s for %s: %v (now: %v)", timeout, expr, err, got)
-		}
-		time.Sleep(100 * time.Millisecond)
+		t.Fatalf("waited %s for %s: %v (now: %v)", timeout, expr, lastErr, got)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/chromedp/chromedp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
@@ -399,18 +400,14 @@ func TestDashboardCommand(t *testing.T) {
 		out.WriteString(o)
 		done <- err
 	}()
-	deadline := time.Now().Add(30 * time.Second)
 	var resp *http.Response
-	for {
-		var err error
-		if resp, err = http.Get("http://" + addr + "/rollouts/nope"); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			cancel()
-			t.Fatalf("rewind dashboard does not answer on %s: %v (it returned: %v)", addr, err, <-done)
-		}
-		time.Sleep(100 * time.Millisecond)
+	var getErr error
+	if err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		resp, getErr = http.Get("http://" + addr + "/rollouts/nope")
+		return getErr == nil, nil
+	}); err != nil {
+		cancel()
+		t.Fatalf("rewind dashboard does not answer on %s: %v (it returned: %v)", addr, getErr, <-done)
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusNotFound {
