@@ -12,6 +12,12 @@ const (
 	LabelCluster = "rewind.dev/cluster"
 	// LabelRevision is the Rollout revision a Snapshot was taken in.
 	LabelRevision = "rewind.dev/revision"
+	// LabelSourceNamespace and LabelSourceName are on a pull member's copy of a RolloutTarget
+	// (in the member's hub namespace, MemberNamespace): the namespace and name of the target
+	// the Rollout wrote, whose status the hub keeps equal to the copy's. The Rollout's
+	// namespace is LabelSourceNamespace.
+	LabelSourceNamespace = "rewind.dev/source-namespace"
+	LabelSourceName      = "rewind.dev/source-name"
 )
 
 // RolloutTargetSpec is what one member cluster does in one revision of a Rollout. The Rollout

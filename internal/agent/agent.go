@@ -1,12 +1,15 @@
 // Package agent is `rewind agent`, the side of a pull member that runs in the member: it joins
 // the hub with its bootstrap token (internal/join), keeps its hub credential renewed, claims
 // its MemberCluster for this cluster (its kube-system UID) and heartbeats with a Lease in its
-// hub namespace, from which the hub tells whether the member is alive.
+// hub namespace, from which the hub tells whether the member is alive. It runs its member's
+// RolloutTargets (work.go): the copies the hub writes in its hub namespace, with the same step
+// code as the hub runs for push members, against the member's own API server.
 package agent
 
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -49,6 +52,16 @@ type Options struct {
 	HeartbeatInterval, LeaseDuration time.Duration
 	// Now is the clock (tests move it to make a credential due for renewal).
 	Now func() time.Time
+	// Workers is how many targets run at once (default 32: the hub's default); GatePoll how
+	// often an unhealthy cluster is re-checked (default 2s); RestoreMemory bounds the snapshot
+	// content restores hold in memory (0: unbounded).
+	Workers       int
+	GatePoll      time.Duration
+	RestoreMemory int64
+	// MetricsAddr serves the agent's metrics ("" or "0": off).
+	MetricsAddr string
+	// NoWork runs the heartbeat only, no targets (tests of joining).
+	NoWork bool
 }
 
 // ClaimError says that the MemberCluster already belongs to another cluster.
@@ -64,7 +77,9 @@ type agent struct {
 	hub  *rest.Config // the hub's server and CA
 	cred *join.Credential
 	c    client.Client // the hub, with cred
-	id   string        // this cluster's ID
+	// token is cred's token, for the clients of the work (work.go).
+	token atomic.Pointer[string]
+	id    string // this cluster's ID
 }
 
 // Run joins (or, with a stored credential, rejoins) the hub and heartbeats until ctx ends, the
@@ -106,6 +121,20 @@ func Run(ctx context.Context, o Options) error {
 	if err := a.claim(ctx, version); err != nil {
 		return err
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	workDone := make(chan error, 1)
+	if o.NoWork {
+		workDone <- nil
+	} else {
+		go func() { workDone <- a.work(ctx) }()
+	}
+	defer func() {
+		cancel()
+		if workDone != nil {
+			<-workDone
+		}
+	}()
 	interval := o.HeartbeatInterval
 	if interval <= 0 {
 		interval = DefaultHeartbeatInterval
@@ -130,6 +159,11 @@ func Run(ctx context.Context, o Options) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case err := <-workDone:
+			workDone = nil // it ended: the heartbeat goes on only if it ended without work
+			if err != nil && ctx.Err() == nil {
+				return fmt.Errorf("running the member's targets: %w", err)
+			}
 		case <-t.C:
 		}
 	}
@@ -149,6 +183,8 @@ func (a *agent) use(cred *join.Credential) error {
 		return err
 	}
 	a.cred, a.c = cred, c
+	token := cred.Token
+	a.token.Store(&token)
 	return nil
 }
 

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
@@ -28,9 +29,15 @@ renews the Lease rewind-agent in its hub namespace, from which the hub tells whe
 is alive. The member's API server is --member-kubeconfig, else $KUBECONFIG or ~/.kube/config,
 else the pod's service account.
 
+It runs the member's part of every Rollout that targets it: the hub's controller copies each
+of the member's RolloutTargets (and the releases they name) into the member's hub namespace,
+and the agent runs them with the same steps as the hub runs for a push member (precheck,
+snapshot, staged apply, health gate, record; or restore), against this cluster's API server,
+writing their status back. Snapshots go to the member's hub namespace, encrypted with the
+member's own key there. Killed and started again, it resumes each target from its journal.
+
 It stops with an error when the hub refuses its credential (the member left, or the
-credential expired while the agent was stopped): run 'rewind clusters join NAME' again.
-This agent does not run RolloutTargets yet: the hub's controller runs no pull member's work.`,
+credential expired while the agent was stopped): run 'rewind clusters join NAME' again.`,
 		Example: `  rewind agent --cluster edge-berlin-7 --bootstrap-kubeconfig edge-berlin-7.bootstrap.yaml \
     --credential-file /var/lib/rewind/agent-credential.json --member-kubeconfig edge-berlin-7.yaml`,
 		Args: cobra.NoArgs,
@@ -64,6 +71,10 @@ This agent does not run RolloutTargets yet: the hub's controller runs no pull me
 	f.StringVar(&memberKubeconfig, "member-kubeconfig", "", "kubeconfig FILE of the member (default: $KUBECONFIG, ~/.kube/config, else in-cluster)")
 	f.DurationVar(&o.CredentialTTL, "credential-ttl", join.DefaultCredentialTTL, "lifetime asked for the hub credential (the hub may grant less)")
 	f.DurationVar(&o.HeartbeatInterval, "heartbeat-interval", agent.DefaultHeartbeatInterval, "how often the agent renews its Lease")
+	f.IntVar(&o.Workers, "workers", 32, "how many of the member's targets run at once")
+	f.DurationVar(&o.GatePoll, "gate-poll", 2*time.Second, "how often an unhealthy cluster is checked again during a health gate")
+	f.Int64Var(&o.RestoreMemory, "restore-memory", 0, "bytes of snapshot content restores may hold in memory at once (0: unbounded)")
+	f.StringVar(&o.MetricsAddr, "metrics-bind-address", "0", "address the agent serves its metrics on (0: off)")
 	requireFlags(cmd, "cluster", "credential-file")
 	return cmd
 }

@@ -270,6 +270,7 @@ func TestAgentCredentialIsolation(t *testing.T) {
 		{"watch", rw, "rollouttargets", "", nsA, ""},
 		{"patch", rw, "rollouttargets", "status", nsA, "t1"},
 		{"get", rw, "operatorreleases", "", nsA, "r1"},
+		{"list", rw, "rollouts", "", nsA, ""},
 		{"create", rw, "snapshots", "", nsA, ""},
 		{"get", "", "secrets", "", nsA, "rewind-artifact-x"},
 		{"create", "", "secrets", "", nsA, ""},
@@ -308,6 +309,8 @@ func TestAgentCredentialIsolation(t *testing.T) {
 		{"list", "", "secrets", "", "", ""},
 		{"list", rw, "rollouttargets", "", "", ""},
 		{"list", rw, "rollouts", "", "default", ""},
+		{"list", rw, "rollouts", "", nsB, ""},
+		{"create", rw, "rollouts", "", nsA, ""},
 		{"list", "", "namespaces", "", "", ""},
 		{"create", "", "pods", "", nsA, ""},
 	}

@@ -74,7 +74,8 @@ func AgentRules() []rbacv1.PolicyRule {
 	write := []string{"get", "list", "watch", "create", "update", "patch", "delete"}
 	return []rbacv1.PolicyRule{
 		// Its work: the Rollout writes the targets' spec, the agent their status.
-		{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"rollouttargets", "operatorreleases", "snapshotstores"}, Verbs: read},
+		// Rollouts: there are none in the namespace; snapshot retention looks for them.
+		{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"rollouttargets", "operatorreleases", "snapshotstores", "rollouts"}, Verbs: read},
 		{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"rollouttargets/status"}, Verbs: []string{"get", "update", "patch"}},
 		// The snapshots it takes (hub store: their payloads are Secrets of the namespace).
 		{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"snapshots", "snapshots/status"}, Verbs: write},

@@ -17,6 +17,10 @@ import (
 type Cache struct {
 	// Hub reads MemberClusters and their kubeconfig Secrets (uncached for Secrets).
 	Hub client.Reader
+	// Local, when set, is the one cluster this process reaches: a pull member's agent, whose
+	// member is the API server it runs in. Get returns it for its name without reading the
+	// hub (the agent holds no kubeconfig there), and refuses any other name.
+	Local *Cluster
 
 	mu       sync.Mutex
 	clusters map[string]cacheEntry
@@ -34,6 +38,13 @@ type cacheEntry struct {
 // Get returns the Cluster of the MemberCluster name. A missing or unusable kubeconfig Secret
 // is a *SecretError.
 func (c *Cache) Get(ctx context.Context, name string) (*Cluster, error) {
+	if c.Local != nil {
+		if name != c.Local.Name {
+			return nil, &SecretError{Reason: v1alpha1.ReasonPullMode, Message: fmt.Sprintf(
+				"this agent runs the work of member %s only, not of member %s", c.Local.Name, name)}
+		}
+		return c.Local, nil
+	}
 	forgets := c.forgetsOf(name)
 	mc := &v1alpha1.MemberCluster{}
 	if err := c.Hub.Get(ctx, client.ObjectKey{Name: name}, mc); err != nil {

@@ -26,7 +26,7 @@ func (e *SecretError) Error() string { return e.Message }
 func ConfigFor(ctx context.Context, hub client.Reader, mc *v1alpha1.MemberCluster) (*rest.Config, error) {
 	if mc.Spec.Mode == v1alpha1.ModePull {
 		return nil, &SecretError{Reason: v1alpha1.ReasonPullMode, Message: fmt.Sprintf(
-			"member %s is in mode Pull: the hub holds no credential for it and cannot run its work; rewind agent does not run RolloutTargets yet either, so leave pull members out of Rollouts' waves for now",
+			"member %s is in mode Pull: the hub holds no credential for it; its agent (rewind agent) does its work in the member",
 			mc.Name)}
 	}
 	ref := mc.Spec.KubeconfigSecretRef

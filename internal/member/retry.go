@@ -7,6 +7,7 @@ import (
 	"time"
 
 	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/client-go/rest"
 
 	"github.com/rewind-dev/rewind/internal/fault"
 	"github.com/rewind-dev/rewind/internal/metrics"
@@ -20,6 +21,15 @@ const (
 	// waits for longer ones itself).
 	maxRetryAfter = 5 * time.Second
 )
+
+// WithRetries returns a copy of cfg whose requests ride out faults as a member's do (see
+// retryTransport): for clients that are not a Cluster, such as a pull member's agent's
+// clients of the hub. name labels the retries' metric.
+func WithRetries(cfg *rest.Config, name string) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &retryTransport{next: rt, cluster: name} })
+	return cfg
+}
 
 // retryTransport sends a request to a member again, a few times with a jittered backoff, when
 // it met a fault before its caller saw an answer: a transport error fault.IsTransient calls a

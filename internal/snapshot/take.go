@@ -71,6 +71,9 @@ type Hub struct {
 	KEK payload.KeyWrapper
 	// OpenStore opens the payload store a URL names; nil means payload.OpenStore.
 	OpenStore func(ctx context.Context, url string, hub client.Client) (payload.Store, error)
+	// KeyNamespace holds the default key's Secret when KEK is nil ("": KeyNamespace). A pull
+	// member's agent keeps its own key in its hub namespace: no agent reads another's.
+	KeyNamespace string
 }
 
 func (h *Hub) openStore(ctx context.Context, url string) (payload.Store, error) {
@@ -84,7 +87,11 @@ func (h *Hub) kek(ctx context.Context) (payload.KeyWrapper, error) {
 	if h.KEK != nil {
 		return h.KEK, nil
 	}
-	k, err := payload.HubKEK(ctx, h.Client, KeyNamespace)
+	ns := h.KeyNamespace
+	if ns == "" {
+		ns = KeyNamespace
+	}
+	k, err := payload.HubKEK(ctx, h.Client, ns)
 	if err != nil {
 		return nil, fmt.Errorf("loading the snapshot key: %w", err)
 	}

@@ -289,6 +289,25 @@ func (r *Reconciler) snapshots(ctx context.Context, ro *v1alpha1.Rollout) ([]Sna
 	if err := r.Hub.List(ctx, &list, client.InNamespace(ro.Namespace), client.MatchingLabels{snapshot.LabelOperator: ro.Spec.Operator}); err != nil {
 		return nil, fmt.Errorf("listing the rollout's snapshots: %w", err)
 	}
+	// A pull member's agent takes its snapshots in the member's hub namespace.
+	var members v1alpha1.MemberClusterList
+	if err := r.Client.List(ctx, &members); err != nil {
+		return nil, fmt.Errorf("listing MemberClusters: %w", err)
+	}
+	for _, mc := range members.Items {
+		if mc.Spec.Mode != v1alpha1.ModePull {
+			continue
+		}
+		var more v1alpha1.SnapshotList
+		if err := r.Hub.List(ctx, &more, client.InNamespace(v1alpha1.MemberNamespace(mc.Name)), client.MatchingLabels{snapshot.LabelOperator: ro.Spec.Operator}); err != nil {
+			return nil, fmt.Errorf("listing the rollout's snapshots of pull member %s: %w", mc.Name, err)
+		}
+		for _, sn := range more.Items {
+			if sn.Spec.Cluster == mc.Name {
+				list.Items = append(list.Items, sn)
+			}
+		}
+	}
 	var out []SnapshotRef
 	for _, sn := range list.Items {
 		if sn.Spec.Rollout != ro.Namespace+"/"+ro.Name || !meta.IsStatusConditionTrue(sn.Status.Conditions, v1alpha1.ConditionReady) {

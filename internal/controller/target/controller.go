@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -87,6 +88,13 @@ type Reconciler struct {
 	// "Restore: <point>" as the step, at the restore's inner points (restore.Options.At), where
 	// it cannot stop anything (tests of faults act there).
 	CrashAt func(cluster, step string) bool
+	// Local is set in a pull member's agent: the member it runs in. It runs the copies of that
+	// member's targets (in the member's hub namespace) and nothing else. On the hub ("") the
+	// targets of pull members are relayed to their agents (see relay), not run.
+	Local string
+	// KeyNamespace holds the snapshot key Secret ("": snapshot.KeyNamespace); an agent's is
+	// its member's hub namespace.
+	KeyNamespace string
 }
 
 func (r *Reconciler) now() time.Time {
@@ -115,6 +123,31 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			r.Restores.Forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if r.Local != "" {
+		if !IsCopy(t) || t.Spec.Cluster != r.Local {
+			return ctrl.Result{}, nil // not this agent's work
+		}
+	} else {
+		if IsCopy(t) {
+			return ctrl.Result{}, nil // its member's agent runs it
+		}
+		mc, err := r.pullMember(ctx, t.Spec.Cluster)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		switch {
+		case mc != nil:
+			return r.relay(ctx, t, mc)
+		case controllerutil.ContainsFinalizer(t, FinalizerMemberCopy):
+			// The member left mode Pull: its copy goes, and the target runs here.
+			if err := r.dropCopy(ctx, t); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
+	}
+	if !t.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
 	}
 	x := r.newExecution(t)
 	res, err := r.reconcile(ctx, x)
@@ -473,7 +506,7 @@ func (x *execution) manifestDigest(rel *v1alpha1.OperatorRelease) string {
 }
 
 func (x *execution) hub() *snapshot.Hub {
-	return &snapshot.Hub{Client: client.WithFieldOwner(readThrough{Client: x.r.Client, reader: x.r.Hub}, "rewind")}
+	return &snapshot.Hub{Client: client.WithFieldOwner(readThrough{Client: x.r.Client, reader: x.r.Hub}, "rewind"), KeyNamespace: x.r.KeyNamespace}
 }
 
 // event records an Event on the target's Rollout (where people look), naming the target.
@@ -487,7 +520,7 @@ func (x *execution) emit(typ, reason, format string, args ...any) {
 		return
 	}
 	ro := &v1alpha1.Rollout{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "Rollout"},
-		ObjectMeta: metav1.ObjectMeta{Namespace: x.t.Namespace, Name: x.t.Spec.Rollout}}
+		ObjectMeta: metav1.ObjectMeta{Namespace: x.rolloutNamespace(), Name: x.t.Spec.Rollout}}
 	for _, o := range x.t.OwnerReferences {
 		if o.Kind == "Rollout" && o.Name == x.t.Spec.Rollout {
 			ro.UID = o.UID
@@ -533,6 +566,14 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.RolloutTarget{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers})
+	if r.Local == "" {
+		// A pull member's target follows its copy's status, and the member's heartbeat.
+		b = b.Watches(&v1alpha1.RolloutTarget{}, handler.EnqueueRequestsFromMapFunc(sourceOf)).
+			Watches(&v1alpha1.MemberCluster{}, handler.EnqueueRequestsFromMapFunc(r.targetsOf),
+				builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+					return o.(*v1alpha1.MemberCluster).Spec.Mode == v1alpha1.ModePull
+				})))
+	}
 	if r.Restores != nil {
 		// Restores waiting for memory are woken when their turn may have come.
 		b = b.WatchesRawSource(source.Channel(r.Restores.Wakeups(), &handler.EnqueueRequestForObject{}))

@@ -22,7 +22,7 @@ func (record) run(ctx context.Context, x *execution) (time.Duration, error) {
 	rec := member.Record{
 		Operator: t.Spec.Operator, Release: rel.Name, Version: rel.Spec.Version, Namespace: t.Spec.InstallNamespace,
 		Image: release.OperatorImageIn(objs, rel.Spec.Image), GitCommit: rel.Spec.GitCommit, Digest: x.manifestDigest(rel),
-		Rollout: t.Namespace + "/" + t.Spec.Rollout, Snapshot: t.Status.Snapshot,
+		Rollout: x.rolloutNamespace() + "/" + t.Spec.Rollout, Snapshot: t.Status.Snapshot,
 	}
 	if chart := release.ChartOf(rel); chart != nil {
 		rec.ChartVersion = chart.Version

@@ -60,8 +60,8 @@ func (takeSnapshot) run(ctx context.Context, x *execution) (time.Duration, error
 		opts.Manifests = objs
 	}
 	snap, err := hub.Take(ctx, x.cl, snapshot.Request{
-		Name: t.Spec.Snapshot, Namespace: t.Namespace, Cluster: t.Spec.Cluster, Rollout: t.Namespace + "/" + t.Spec.Rollout,
-		Reason:    fmt.Sprintf("before rollout %s/%s installs %s", t.Namespace, t.Spec.Rollout, t.Spec.ToRelease),
+		Name: t.Spec.Snapshot, Namespace: t.Namespace, Cluster: t.Spec.Cluster, Rollout: x.rolloutNamespace() + "/" + t.Spec.Rollout,
+		Reason:    fmt.Sprintf("before rollout %s/%s installs %s", x.rolloutNamespace(), t.Spec.Rollout, t.Spec.ToRelease),
 		Retention: int(t.Spec.SnapshotRetention), Capture: opts, Store: store,
 		Labels: map[string]string{v1alpha1.LabelRollout: t.Spec.Rollout, v1alpha1.LabelRevision: strconv.Itoa(int(t.Spec.Revision))},
 	})

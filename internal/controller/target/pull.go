@@ -1,0 +1,283 @@
+package target
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/artifact"
+	"github.com/rewind-dev/rewind/internal/release"
+)
+
+// A pull member's targets (see docs/architecture.md, "Pull members").
+//
+// The Rollout writes every cluster's RolloutTarget in its own namespace, push or pull: there
+// it plans, opens waves and reads outcomes, and so do the CLI and the dashboard. For a pull
+// member the hub's target controller runs no step. It relays: it writes a copy of the target
+// (the same spec) in the member's hub namespace, rewind-member-NAME, the one namespace the
+// member's agent may read, with copies of what the steps read there (the releases and the
+// cluster's renderings the target names); the agent runs the copy with the same step code
+// (Reconciler with Local set) against its own API server and writes the copy's status; the
+// hub copies that status back to the Rollout's target. A target waits while its agent's
+// heartbeat is lost, as one of an unreachable push member does.
+
+// FinalizerMemberCopy is on the target of a pull member while its copy exists: the copy is
+// deleted with it (an owner reference cannot cross namespaces).
+const FinalizerMemberCopy = "rewind.dev/member-copy"
+
+// IsCopy says whether t is a pull member's copy of a target (in the member's hub namespace).
+func IsCopy(t client.Object) bool { return t.GetLabels()[v1alpha1.LabelSourceNamespace] != "" }
+
+// CopyName names the copy of a target in its member's namespace: the Rollout's namespace and
+// the target's name, so that the targets of Rollouts of different namespaces never meet.
+func CopyName(t *v1alpha1.RolloutTarget) string {
+	n := t.Namespace + "." + t.Name
+	if len(n) > 253 {
+		n = n[:253]
+	}
+	return n
+}
+
+// rolloutNamespace is the namespace of the Rollout a target belongs to: a copy's source
+// namespace, else its own.
+func (x *execution) rolloutNamespace() string {
+	if ns := x.t.Labels[v1alpha1.LabelSourceNamespace]; ns != "" {
+		return ns
+	}
+	return x.t.Namespace
+}
+
+// pullMember returns t's MemberCluster when it is in mode Pull (nil otherwise, or when it
+// does not exist: the step code says so).
+func (r *Reconciler) pullMember(ctx context.Context, cluster string) (*v1alpha1.MemberCluster, error) {
+	mc := &v1alpha1.MemberCluster{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: cluster}, mc); err != nil {
+		return nil, client.IgnoreNotFound(err)
+	}
+	if mc.Spec.Mode != v1alpha1.ModePull {
+		return nil, nil
+	}
+	return mc, nil
+}
+
+// +kubebuilder:rbac:groups=rewind.dev,resources=operatorreleases,verbs=create
+
+// dropCopy deletes the copy of t in its member's namespace, and then t's finalizer.
+func (r *Reconciler) dropCopy(ctx context.Context, t *v1alpha1.RolloutTarget) error {
+	if !controllerutil.ContainsFinalizer(t, FinalizerMemberCopy) {
+		return nil
+	}
+	cp := &v1alpha1.RolloutTarget{ObjectMeta: metav1.ObjectMeta{Namespace: v1alpha1.MemberNamespace(t.Spec.Cluster), Name: CopyName(t)}}
+	if err := r.Client.Delete(ctx, cp); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("deleting the copy %s/%s of RolloutTarget %s/%s: %w", cp.Namespace, cp.Name, t.Namespace, t.Name, err)
+	}
+	base := t.DeepCopy()
+	controllerutil.RemoveFinalizer(t, FinalizerMemberCopy)
+	return client.IgnoreNotFound(r.Client.Patch(ctx, t, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})))
+}
+
+// sourceOf maps a copy to the target it copies.
+func sourceOf(_ context.Context, o client.Object) []reconcile.Request {
+	l := o.GetLabels()
+	if l[v1alpha1.LabelSourceNamespace] == "" || l[v1alpha1.LabelSourceName] == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: l[v1alpha1.LabelSourceNamespace], Name: l[v1alpha1.LabelSourceName]}}}
+}
+
+// targetsOf maps a pull member to its targets (not their copies).
+func (r *Reconciler) targetsOf(ctx context.Context, o client.Object) []reconcile.Request {
+	var list v1alpha1.RolloutTargetList
+	if err := r.Client.List(ctx, &list, client.MatchingLabels{v1alpha1.LabelCluster: o.GetName()}); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, t := range list.Items {
+		if !IsCopy(&t) {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&t)})
+		}
+	}
+	return out
+}
+
+// relay keeps the copy of t in its pull member's namespace equal to t's spec, and t's status
+// equal to the copy's (the agent's), marking it waiting while the agent's heartbeat is lost.
+func (r *Reconciler) relay(ctx context.Context, t *v1alpha1.RolloutTarget, mc *v1alpha1.MemberCluster) (ctrl.Result, error) {
+	ns := v1alpha1.MemberNamespace(mc.Name)
+	key := client.ObjectKey{Namespace: ns, Name: CopyName(t)}
+	if !t.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.dropCopy(ctx, t)
+	}
+	if !controllerutil.ContainsFinalizer(t, FinalizerMemberCopy) {
+		base := t.DeepCopy()
+		controllerutil.AddFinalizer(t, FinalizerMemberCopy)
+		if err := r.Client.Patch(ctx, t, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+			return ctrl.Result{}, err // a conflict or a fault: tried again
+		}
+	}
+	cp := &v1alpha1.RolloutTarget{}
+	err := r.Client.Get(ctx, key, cp)
+	switch {
+	case apierrors.IsNotFound(err):
+		if err := r.copyInputs(ctx, t, ns); err != nil {
+			return ctrl.Result{}, err
+		}
+		cp = &v1alpha1.RolloutTarget{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Labels: map[string]string{
+			v1alpha1.LabelRollout: t.Spec.Rollout, v1alpha1.LabelCluster: t.Spec.Cluster,
+			v1alpha1.LabelSourceNamespace: t.Namespace, v1alpha1.LabelSourceName: t.Name,
+		}}, Spec: t.Spec}
+		if err := r.Client.Create(ctx, cp); err != nil {
+			return ctrl.Result{}, fmt.Errorf("creating the copy %s of RolloutTarget %s/%s for pull member %s: %w", key, t.Namespace, t.Name, mc.Name, err)
+		}
+	case err != nil:
+		return ctrl.Result{}, err
+	case !equality.Semantic.DeepEqual(cp.Spec, t.Spec):
+		if cp.Spec.Revision != t.Spec.Revision || cp.Spec.Path != t.Spec.Path {
+			if err := r.copyInputs(ctx, t, ns); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
+		cp.Spec = t.Spec
+		if err := r.Client.Update(ctx, cp); err != nil {
+			return ctrl.Result{}, fmt.Errorf("updating the copy %s of RolloutTarget %s/%s for pull member %s: %w", key, t.Namespace, t.Name, mc.Name, err)
+		}
+	}
+	want, requeue := r.relayedStatus(t, cp, mc)
+	if equality.Semantic.DeepEqual(*want, t.Status) {
+		return ctrl.Result{RequeueAfter: requeue}, nil
+	}
+	x := r.newExecution(t)
+	if want.Phase != t.Status.Phase && want.Revision == t.Spec.Revision {
+		x.event(eventType(want.Phase), "Cluster"+want.Phase, "%s: %s", t.Spec.Cluster, want.Message)
+	}
+	t.Status = *want
+	return ctrl.Result{RequeueAfter: requeue}, x.patch(ctx)
+}
+
+func eventType(phase string) string {
+	if phase == v1alpha1.ClusterFailed {
+		return "Warning"
+	}
+	return "Normal"
+}
+
+// relayedStatus is the status t shows: its copy's, as the agent wrote it (nothing before the
+// agent wrote any), waiting while the member's agent is lost. A target the hub ended
+// (spec.unreachablePolicy Fail) stays as it is for its revision.
+func (r *Reconciler) relayedStatus(t, cp *v1alpha1.RolloutTarget, mc *v1alpha1.MemberCluster) (*v1alpha1.RolloutTargetStatus, time.Duration) {
+	want := t.Status.DeepCopy()
+	if cp.Status.Revision != 0 && !(Terminal(t.Status.Phase) && t.Status.Revision == t.Spec.Revision &&
+		!(cp.Status.Revision == t.Spec.Revision && Terminal(cp.Status.Phase))) {
+		want = cp.Status.DeepCopy()
+		// The copy's generation is not the target's: the agent saw this target's spec when it
+		// saw the copy's current one, and that one equals this target's.
+		want.ObservedGeneration = t.Status.ObservedGeneration
+		if cp.Status.ObservedGeneration == cp.Generation && equality.Semantic.DeepEqual(cp.Spec, t.Spec) {
+			want.ObservedGeneration = t.Generation
+		}
+	}
+	if !t.Spec.Start || want.Revision == t.Spec.Revision && Terminal(want.Phase) {
+		return want, 0 // not opened (a push target waits so too), or done
+	}
+	reach := meta.FindStatusCondition(mc.Status.Conditions, v1alpha1.ConditionReachable)
+	if reach == nil || reach.Status == metav1.ConditionTrue {
+		return want, 0
+	}
+	if want.Revision != t.Spec.Revision {
+		// The agent has not seen this revision: it waits from its start.
+		want = &v1alpha1.RolloutTargetStatus{Revision: t.Spec.Revision, Path: t.Spec.Path, Phase: v1alpha1.ClusterPending, Metrics: want.Metrics}
+	}
+	since := reach.LastTransitionTime
+	msg := fmt.Sprintf("pull member %s's agent is not heard from since %s (%s): %s", t.Spec.Cluster, since.UTC().Format(time.RFC3339), reach.Reason, reach.Message)
+	if t.Spec.UnreachablePolicy == v1alpha1.UnreachablePolicyFail {
+		now := metav1.NewTime(r.now())
+		want.Phase, want.Message, want.FinishedAt, want.NextAttemptAt = v1alpha1.ClusterFailed, msg+" (spec.unreachablePolicy Fail)", &now, nil
+		want.WaitingFor, want.WaitingSince = "", nil
+		return want, 0
+	}
+	want.WaitingFor, want.WaitingSince = v1alpha1.ReasonMemberUnreachable, &since
+	want.Message = msg + "; the cluster waits until the agent is back (spec.unreachablePolicy Hold)"
+	return want, waitPoll
+}
+
+// copyInputs copies into a pull member's namespace what the steps of t read there: the
+// releases it names and the cluster's renderings of them (content-addressed artifacts,
+// written once). Releases are immutable: a release of the same name already there must be the
+// same release (the same manifests).
+func (r *Reconciler) copyInputs(ctx context.Context, t *v1alpha1.RolloutTarget, ns string) error {
+	w := readThrough{Client: r.Client, reader: r.Hub}
+	for _, name := range []string{t.Spec.ToRelease, t.Spec.FromRelease} {
+		if name == "" {
+			continue
+		}
+		if err := copyRelease(ctx, w, t.Namespace, name, ns); err != nil {
+			return err
+		}
+	}
+	for _, digest := range []string{t.Spec.Manifests, t.Spec.FromManifests} {
+		if digest == "" {
+			continue
+		}
+		b, err := artifact.Get(ctx, r.Hub, t.Namespace, digest)
+		if err != nil {
+			return fmt.Errorf("reading the rendering %s of target %s/%s to copy for its pull member: %w", digest, t.Namespace, t.Name, err)
+		}
+		if _, err := artifact.Put(ctx, w, ns, release.ArtifactKind, b); err != nil {
+			return fmt.Errorf("copying the rendering %s of target %s/%s to %s: %w", digest, t.Namespace, t.Name, ns, err)
+		}
+	}
+	return nil
+}
+
+// copyRelease copies release name of namespace from into namespace to, as an uploaded release
+// with the same manifests (a release from spec.source is not fetched again there).
+func copyRelease(ctx context.Context, c client.Client, from, name, to string) error {
+	have := &v1alpha1.OperatorRelease{}
+	src := &v1alpha1.OperatorRelease{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: from, Name: name}, src); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil // the step that reads it says so, as it does for a push member
+		}
+		return err
+	}
+	if err := release.CheckReady(src); err != nil {
+		return err
+	}
+	err := c.Get(ctx, client.ObjectKey{Namespace: to, Name: name}, have)
+	switch {
+	case err == nil && release.ManifestDigest(have) == release.ManifestDigest(src) && release.CheckReady(have) == nil:
+		return nil
+	case err == nil && release.ManifestDigest(have) != release.ManifestDigest(src):
+		return reconcile.TerminalError(fmt.Errorf("release %s of namespace %s cannot be copied to pull member namespace %s: a different release %s is there (from namespace %s); releases rolled out to one pull member need names of their own",
+			name, from, to, name, have.Labels[v1alpha1.LabelSourceNamespace]))
+	case err != nil && !apierrors.IsNotFound(err):
+		return err
+	}
+	b, err := artifact.Get(ctx, c, from, release.ManifestDigest(src))
+	if err != nil {
+		return fmt.Errorf("reading the manifests of release %s/%s to copy: %w", from, name, err)
+	}
+	cp := &v1alpha1.OperatorRelease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: to, Name: name, Labels: map[string]string{v1alpha1.LabelSourceNamespace: from}},
+		Spec: v1alpha1.OperatorReleaseSpec{
+			Operator: src.Spec.Operator, Version: src.Spec.Version, GitCommit: src.Spec.GitCommit, Image: src.Spec.Image,
+			Format: release.FormatOf(src), InstallNamespace: src.Spec.InstallNamespace,
+			Chart: release.ChartOf(src), Bundle: release.BundleOf(src), Digest: release.ManifestDigest(src),
+		},
+	}
+	if _, err := release.Create(ctx, c, cp, b); err != nil {
+		return fmt.Errorf("copying release %s/%s to %s: %w", from, name, to, err)
+	}
+	return nil
+}
