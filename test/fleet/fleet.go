@@ -15,6 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -52,6 +53,10 @@ const (
 // &suite.Env)); the hub is set up on first use.
 type Suite struct {
 	Env *testbed.Testbed
+	// Pull names the members Hub leaves unregistered: the test joins them in mode Pull
+	// (rewind clusters join) and runs their agents. Their snapshots live in their hub
+	// namespaces (SnapshotsOf and SnapshotEntries look there too).
+	Pull []string
 
 	once sync.Once
 	hub  client.Client
@@ -75,6 +80,9 @@ func (s *Suite) Hub(t testing.TB) client.Client {
 			t.Fatal(err)
 		}
 		for i, m := range s.Env.Members {
+			if slices.Contains(s.Pull, m.Name) {
+				continue
+			}
 			kc, err := m.KubeconfigBytes()
 			if err != nil {
 				t.Fatal(err)
@@ -332,17 +340,32 @@ func (f *Fleet) PhasesFor(release string) map[string]string {
 	return out
 }
 
-// SnapshotsOf returns the snapshots the rollout took in a revision, by cluster.
+// SnapshotsOf returns the snapshots the rollout took in a revision, by cluster: in the
+// fleet's namespace, and in the hub namespaces of the suite's pull members.
 func (f *Fleet) SnapshotsOf(revision int32) map[string]string {
 	f.T.Helper()
-	var list v1alpha1.SnapshotList
-	if err := f.Hub().List(f.T.Context(), &list, client.InNamespace(f.NS),
-		client.MatchingLabels{v1alpha1.LabelRollout: f.Name, v1alpha1.LabelRevision: fmt.Sprint(revision)}); err != nil {
-		f.T.Fatal(err)
-	}
 	out := map[string]string{}
-	for _, s := range list.Items {
-		out[s.Spec.Cluster] = s.Name
+	for _, ns := range f.snapshotNamespaces() {
+		var list v1alpha1.SnapshotList
+		if err := f.Hub().List(f.T.Context(), &list, client.InNamespace(ns),
+			client.MatchingLabels{v1alpha1.LabelRollout: f.Name, v1alpha1.LabelRevision: fmt.Sprint(revision)}); err != nil {
+			f.T.Fatal(err)
+		}
+		for _, s := range list.Items {
+			if s.Spec.Rollout == f.NS+"/"+f.Name {
+				out[s.Spec.Cluster] = s.Name
+			}
+		}
+	}
+	return out
+}
+
+// snapshotNamespaces are where the fleet's snapshots are: its namespace, then the pull
+// members'.
+func (f *Fleet) snapshotNamespaces() []string {
+	out := []string{f.NS}
+	for _, m := range f.S.Pull {
+		out = append(out, v1alpha1.MemberNamespace(m))
 	}
 	return out
 }
@@ -376,18 +399,31 @@ func (f *Fleet) Record(m *testbed.Cluster) *member.Record {
 	return rec
 }
 
-// SnapshotEntries loads a snapshot taken by the rollout.
+// SnapshotEntries loads a snapshot taken by the rollout (a pull member's from its hub
+// namespace, with its key there).
 func (f *Fleet) SnapshotEntries(name string) []snapshot.Entry {
 	f.T.Helper()
-	snap := &v1alpha1.Snapshot{}
-	if err := f.Hub().Get(f.T.Context(), client.ObjectKey{Namespace: f.NS, Name: name}, snap); err != nil {
-		f.T.Fatal(err)
+	for i, ns := range f.snapshotNamespaces() {
+		snap := &v1alpha1.Snapshot{}
+		err := f.Hub().Get(f.T.Context(), client.ObjectKey{Namespace: ns, Name: name}, snap)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			f.T.Fatal(err)
+		}
+		h := &snapshot.Hub{Client: f.Hub()}
+		if i > 0 {
+			h.KeyNamespace = ns
+		}
+		_, entries, err := h.Load(f.T.Context(), snap)
+		if err != nil {
+			f.T.Fatal(err)
+		}
+		return entries
 	}
-	_, entries, err := (&snapshot.Hub{Client: f.Hub()}).Load(f.T.Context(), snap)
-	if err != nil {
-		f.T.Fatal(err)
-	}
-	return entries
+	f.T.Fatalf("snapshot %s not found in %v", name, f.snapshotNamespaces())
+	return nil
 }
 
 // AssertEqualsSnapshot checks that every object of the snapshot equals the live one, object by

@@ -1,0 +1,432 @@
+//go:build !unit
+
+// Package pull runs one Rollout over a mixed fleet: two push members the hub reaches
+// (member1, member2) and two pull members (member3, member4) joined with `rewind clusters
+// join`, whose agents run their targets. Each agent is `rewind agent` in a process of its
+// own, as it would be a pod in its cluster; the hub's controller reaches neither pull member.
+// Every test ends with every member compared object by object with its expected state.
+package pull
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/controller"
+	"github.com/rewind-dev/rewind/internal/controller/target"
+	"github.com/rewind-dev/rewind/internal/testbed"
+	"github.com/rewind-dev/rewind/internal/testbed/testenv"
+	"github.com/rewind-dev/rewind/test/fleet"
+)
+
+var pullMembers = []string{"member3", "member4"}
+
+var suite = fleet.Suite{Pull: pullMembers}
+
+// noFaults is the member proxies' setting between tests: in place, injecting nothing.
+var noFaults = testbed.Faults{HTTPProxy: true}
+
+func TestMain(m *testing.M) {
+	testenv.Main(m, testbed.Options{Members: 4, Workloads: true, MemberFaults: &noFaults}, &suite.Env)
+}
+
+// allAtOnce is one wave of the four members.
+func allAtOnce() []v1alpha1.Wave {
+	return []v1alpha1.Wave{{Name: "all", Clusters: []string{"member1", "member2", "member3", "member4"}, MaxConcurrency: 4}}
+}
+
+var (
+	buildOnce sync.Once
+	rewindBin string
+	buildErr  error
+	buildOut  []byte
+)
+
+// binary builds rewind once per run into the testbed's state folder (removed with it).
+func binary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		root, err := testbed.RepoRoot()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		dir := filepath.Join(suite.Env.StateDir, "bin")
+		if buildErr = os.MkdirAll(dir, 0o755); buildErr != nil {
+			return
+		}
+		rewindBin = filepath.Join(dir, "rewind")
+		cmd := exec.Command("go", "build", "-o", rewindBin, "./cmd/rewind")
+		cmd.Dir = root
+		buildOut, buildErr = cmd.CombinedOutput()
+	})
+	if buildErr != nil {
+		t.Fatalf("building rewind: %v\n%s", buildErr, buildOut)
+	}
+	return rewindBin
+}
+
+var (
+	joinOnce sync.Once
+	joinErr  error
+)
+
+// joined joins the pull members once per run (rewind clusters join, as a person does); their
+// bootstrap kubeconfigs and credential files are in the testbed's state folder.
+func joined(t *testing.T) {
+	t.Helper()
+	suite.Hub(t)
+	bin := binary(t)
+	joinOnce.Do(func() {
+		for i, name := range pullMembers {
+			cmd := exec.Command(bin, "clusters", "join", name, "--bootstrap-kubeconfig", bootstrapFile(name),
+				"--label", "env=test", "--label", fmt.Sprintf("index=%d", i+3), "--kubeconfig", suite.Env.Hub.Kubeconfig)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				joinErr = fmt.Errorf("rewind clusters join %s: %v\n%s", name, err, out)
+				return
+			}
+		}
+	})
+	if joinErr != nil {
+		t.Fatal(joinErr)
+	}
+}
+
+func bootstrapFile(name string) string {
+	return filepath.Join(suite.Env.StateDir, name+".bootstrap.yaml")
+}
+
+// agent is a pull member's `rewind agent` process.
+type agent struct {
+	t    *testing.T
+	name string
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// startAgent runs the agent of a pull member until the test ends.
+func startAgent(t *testing.T, name string) *agent {
+	t.Helper()
+	joined(t)
+	a := &agent{t: t, name: name}
+	a.start()
+	t.Cleanup(func() { a.stop(syscall.SIGTERM) })
+	return a
+}
+
+func (a *agent) start() {
+	a.t.Helper()
+	m := suite.Member(a.t, a.name)
+	args := []string{"agent", "--cluster", a.name, "--credential-file", filepath.Join(suite.Env.StateDir, a.name+".credential.json"),
+		"--member-kubeconfig", m.Kubeconfig, "--heartbeat-interval", "1s", "--gate-poll", "300ms"}
+	if _, err := os.Stat(filepath.Join(suite.Env.StateDir, a.name+".credential.json")); err != nil {
+		args = append(args, "--bootstrap-kubeconfig", bootstrapFile(a.name))
+	}
+	log, err := os.OpenFile(filepath.Join(suite.Env.StateDir, a.name+".agent.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	cmd := exec.Command(binary(a.t), args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		a.t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); log.Close(); close(done) }()
+	a.mu.Lock()
+	a.cmd, a.done = cmd, done
+	a.mu.Unlock()
+}
+
+// stop sends sig to the agent's process (its own, by PID) and waits for it to end.
+func (a *agent) stop(sig syscall.Signal) {
+	a.mu.Lock()
+	cmd, done := a.cmd, a.done
+	a.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	select {
+	case <-done:
+		return
+	default:
+	}
+	_ = cmd.Process.Signal(sig)
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
+// exited says whether the agent's process ended by itself.
+func (a *agent) exited() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	select {
+	case <-a.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// mixedFleet is a fleet over the four members with both pull members' agents running.
+func mixedFleet(t *testing.T) (*fleet.Fleet, map[string]*agent) {
+	t.Helper()
+	joined(t)
+	f := suite.New(t, allAtOnce())
+	agents := map[string]*agent{}
+	for _, name := range pullMembers {
+		agents[name] = startAgent(t, name)
+	}
+	suite.StartManager(t, f.NS, controller.Options{})
+	return f, agents
+}
+
+// copyOf reads a pull member's copy of the fleet's target of cluster.
+func copyOf(t *testing.T, f *fleet.Fleet, cluster string) *v1alpha1.RolloutTarget {
+	t.Helper()
+	cp := &v1alpha1.RolloutTarget{}
+	src := f.Target(cluster)
+	if err := suite.Hub(t).Get(t.Context(), client.ObjectKey{Namespace: v1alpha1.MemberNamespace(cluster), Name: target.CopyName(src)}, cp); err != nil {
+		t.Fatal(err)
+	}
+	return cp
+}
+
+// assertAll checks every member's record names rel and its operator state equals snapshot
+// snaps[member] (whole: true; else the state a release does not change).
+func assertAll(t *testing.T, f *fleet.Fleet, rel string, snaps map[string]string, whole bool) {
+	t.Helper()
+	for _, m := range suite.Env.Members {
+		if rec := f.Record(m); rec == nil || rec.Release != rel || rec.Rollout != f.NS+"/"+f.Name {
+			t.Errorf("%s record %+v, want %s of rollout %s/%s", m.Name, rec, rel, f.NS, f.Name)
+		}
+		if snaps[m.Name] == "" {
+			t.Errorf("%s: no snapshot of the revision: %v", m.Name, snaps)
+			continue
+		}
+		if whole {
+			f.AssertEqualsSnapshot(m, snaps[m.Name])
+		} else {
+			f.AssertStateUnchangedSince(m, snaps[m.Name])
+		}
+	}
+}
+
+// TestMixedFleetUpgradeFailedGateAndRollback: one Rollout over two push and two pull members
+// upgrades all four, rolls all four back when a pull member's health gate fails
+// (RollbackAll), and rolls back at a person's word; each ends with every member compared with
+// its snapshot object by object. The pull members' snapshots are in their hub namespaces,
+// the hub held no credential of theirs, and the targets' status shows what their agents did.
+func TestMixedFleetUpgradeFailedGateAndRollback(t *testing.T) {
+	f, _ := mixedFleet(t)
+	f.WaitPhase("mysql-a", v1alpha1.RolloutSucceeded, 4*time.Minute)
+	f.Populate()
+
+	f.SetRelease("mysql-b", nil)
+	ro := f.WaitPhase("mysql-b", v1alpha1.RolloutSucceeded, 4*time.Minute)
+	upgrade := f.SnapshotsOf(ro.Status.Revision)
+	assertAll(t, f, "mysql-b", upgrade, false)
+	for _, name := range pullMembers {
+		if _, ok := upgrade[name]; !ok {
+			continue
+		}
+		snap := &v1alpha1.Snapshot{}
+		if err := suite.Hub(t).Get(t.Context(), client.ObjectKey{Namespace: v1alpha1.MemberNamespace(name), Name: upgrade[name]}, snap); err != nil {
+			t.Errorf("pull member %s's snapshot must be in its hub namespace: %v", name, err)
+		}
+		if cp := copyOf(t, f, name); cp.Status.Phase != v1alpha1.ClusterSucceeded || cp.Status.Revision != ro.Status.Revision {
+			t.Errorf("%s's copy: %+v", name, cp.Status)
+		}
+	}
+
+	// A failed gate: every member goes back to its snapshot of mysql-b.
+	f.SetRelease("mysql-bad", func(s *v1alpha1.RolloutSpec) { s.FailurePolicy = v1alpha1.FailurePolicyRollbackAll })
+	ro = f.WaitPhase("mysql-b", v1alpha1.RolloutRolledBack, 5*time.Minute)
+	bad := ro.Status.History[len(ro.Status.History)-2]
+	if bad.Release != "mysql-bad" || bad.Outcome != "RolledBack" {
+		t.Fatalf("history: %+v", ro.Status.History)
+	}
+	assertAll(t, f, "mysql-b", f.SnapshotsOf(bad.Revision), true)
+
+	// A person's rollback to mysql-a: back to the snapshots taken before mysql-b.
+	suite.Rewind(t, f.NS, "rollback", f.Name, "--reason", "mixed fleet")
+	ro = f.WaitPhase("mysql-a", v1alpha1.RolloutRolledBack, 5*time.Minute)
+	assertAll(t, f, "mysql-a", upgrade, true)
+}
+
+// TestAgentKilledDuringRestoreResumes: a pull member's agent killed (SIGKILL) in the middle of
+// its restore leaves the target waiting as an unreachable push member's does once its
+// heartbeat is lost; started again, the agent resumes the restore from its journal (no step
+// of it twice, the upgrade's snapshot not taken again) and the member ends equal to its
+// snapshot, as an uninterrupted restore leaves it.
+func TestAgentKilledDuringRestoreResumes(t *testing.T) {
+	const victim = "member3"
+	f, agents := mixedFleet(t)
+	setPullTimeouts(t, victim, 4*time.Second)
+	f.WaitPhase("mysql-a", v1alpha1.RolloutSucceeded, 4*time.Minute)
+	f.Populate()
+	f.SetRelease("mysql-b", nil)
+	ro := f.WaitPhase("mysql-b", v1alpha1.RolloutSucceeded, 4*time.Minute)
+	snaps := f.SnapshotsOf(ro.Status.Revision)
+	upgraded := copyOf(t, f, victim)
+
+	// Killed as soon as its copy says the restore started (the step is on record before it
+	// runs): a watch, not a poll, so that the kill lands inside the restore.
+	wc, err := client.NewWithWatch(suite.Env.Hub.RESTConfig(), client.Options{Scheme: suite.Hub(t).Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := wc.Watch(t.Context(), &v1alpha1.RolloutTargetList{},
+		client.InNamespace(v1alpha1.MemberNamespace(victim)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	suite.Rewind(t, f.NS, "rollback", f.Name, "--reason", "crash test")
+	deadline := time.After(4 * time.Minute)
+	killed := false
+	for !killed {
+		select {
+		case ev := <-w.ResultChan():
+			cp, ok := ev.Object.(*v1alpha1.RolloutTarget)
+			if ok && cp.Spec.Path == v1alpha1.PathRestore && cp.Status.Revision == cp.Spec.Revision && cp.Status.Step == target.StepRestore {
+				agents[victim].stop(syscall.SIGKILL)
+				killed = true
+			}
+		case <-deadline:
+			t.Fatal("the agent never started its restore")
+		}
+	}
+	atKill := copyOf(t, f, victim)
+	if atKill.Status.Step != target.StepRestore || target.Terminal(atKill.Status.Phase) {
+		t.Fatalf("the kill did not land inside the restore: the copy says %s %s", atKill.Status.Phase, atKill.Status.Step)
+	}
+
+	// While the agent is down, its target waits (MemberUnreachable), as a push member's does.
+	poll(t, "the target of the killed agent's member waiting", 2*time.Minute, func(ctx context.Context) (bool, error) {
+		tt := f.Target(victim)
+		return tt.Status.WaitingFor == v1alpha1.ReasonMemberUnreachable && tt.Status.Phase == v1alpha1.ClusterRollingBack, nil
+	})
+	if p := f.Rollout().Status.Phase; p == v1alpha1.RolloutRolledBack || p == v1alpha1.RolloutFailed {
+		t.Fatalf("the rollout ended (%s) while a member's restore is not done", p)
+	}
+
+	agents[victim].start()
+	ro = f.WaitPhase("mysql-a", v1alpha1.RolloutRolledBack, 5*time.Minute)
+	done := copyOf(t, f, victim)
+	if done.Status.StartedAt == nil || atKill.Status.StartedAt == nil || !done.Status.StartedAt.Equal(atKill.Status.StartedAt) {
+		t.Errorf("the restore started again instead of resuming: started %v before the kill, %v after", atKill.Status.StartedAt, done.Status.StartedAt)
+	}
+	seen := map[string]bool{}
+	for _, s := range done.Status.RestoreSteps {
+		if seen[s] {
+			t.Errorf("restore step %s ran twice: %v", s, done.Status.RestoreSteps)
+		}
+		seen[s] = true
+	}
+	if !slices.Equal(done.Status.RestoreSteps[:len(atKill.Status.RestoreSteps)], atKill.Status.RestoreSteps) {
+		t.Errorf("the journal was not resumed: %v before the kill, %v after", atKill.Status.RestoreSteps, done.Status.RestoreSteps)
+	}
+	if upgraded.Status.Snapshot != snaps[victim] {
+		t.Errorf("the upgrade's snapshot %s, the revision's %s", upgraded.Status.Snapshot, snaps[victim])
+	}
+	if tt := f.Target(victim); tt.Status.WaitingFor != "" || tt.Status.Phase != v1alpha1.ClusterRolledBack {
+		t.Errorf("the target after the agent came back: %s, waiting for %q", tt.Status.Phase, tt.Status.WaitingFor)
+	}
+	assertAll(t, f, "mysql-a", snaps, true)
+}
+
+// TestAgentRidesOutFaults: the pull members' agents upgrade and roll back while their API
+// servers' proxies reset connections every few seconds and answer a fifth of requests with
+// 429 or 5xx: faults are retried, never a verdict, and the result is an undisturbed run's.
+func TestAgentRidesOutFaults(t *testing.T) {
+	f, agents := mixedFleet(t)
+	f.WaitPhase("mysql-a", v1alpha1.RolloutSucceeded, 4*time.Minute)
+	f.Populate()
+	faults := testbed.Faults{HTTPProxy: true, ResetEvery: 3 * time.Second,
+		HTTP: testbed.HTTPFaults{Fraction: 0.2, Codes: []int{429, 500, 503, 504}}}
+	for _, name := range pullMembers {
+		if err := suite.Member(t, name).Faults().Set(faults); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, name := range pullMembers {
+			_ = suite.Member(t, name).Faults().Set(noFaults)
+			suite.Member(t, name).Faults().Heal()
+		}
+	})
+	f.SetRelease("mysql-b", nil)
+	ro := f.WaitPhase("mysql-b", v1alpha1.RolloutSucceeded, 6*time.Minute)
+	snaps := f.SnapshotsOf(ro.Status.Revision)
+	suite.Rewind(t, f.NS, "rollback", f.Name, "--reason", "under faults")
+	f.WaitPhase("mysql-a", v1alpha1.RolloutRolledBack, 6*time.Minute)
+	var injected testbed.FaultCounts
+	for _, name := range pullMembers {
+		injected = injected.Add(suite.Member(t, name).Faults().Counts())
+		_ = suite.Member(t, name).Faults().Set(noFaults)
+		suite.Member(t, name).Faults().Heal()
+		if agents[name].exited() {
+			t.Errorf("the agent of %s exited under faults", name)
+		}
+	}
+	if injected.HTTPFaults == 0 || injected.ConnsReset == 0 {
+		t.Fatal("no fault was injected: the test proves nothing")
+	}
+	t.Logf("faults injected on the pull members: %s", injected)
+	for _, tt := range f.PhasesFor("mysql-a") {
+		if tt != v1alpha1.ClusterRolledBack {
+			t.Errorf("phases after the rollback: %v", f.PhasesFor("mysql-a"))
+			break
+		}
+	}
+	assertAll(t, f, "mysql-a", snaps, true)
+}
+
+// setPullTimeouts makes a pull member's heartbeat grace period (unreachableTimeout) d and
+// its check interval a second, until the test ends.
+func setPullTimeouts(t *testing.T, name string, d time.Duration) {
+	t.Helper()
+	c := suite.Hub(t)
+	set := func(timeout, interval *metav1.Duration) error {
+		mc := &v1alpha1.MemberCluster{}
+		if err := c.Get(context.Background(), client.ObjectKey{Name: name}, mc); err != nil {
+			return err
+		}
+		mc.Spec.UnreachableTimeout, mc.Spec.CheckInterval = timeout, interval
+		return c.Update(context.Background(), mc)
+	}
+	if err := set(&metav1.Duration{Duration: d}, &metav1.Duration{Duration: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := set(nil, nil); err != nil {
+			t.Errorf("resetting %s's timeouts: %v", name, err)
+		}
+	})
+}
+
+func poll(t *testing.T, what string, timeout time.Duration, cond func(ctx context.Context) (bool, error)) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, timeout, true, cond); err != nil {
+		t.Fatalf("%s did not happen: %v", what, err)
+	}
+}
+
