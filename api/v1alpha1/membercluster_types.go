@@ -65,16 +65,15 @@ type MemberClusterSpec struct {
 	// unreachableTimeout makes the member unreachable (Reachable Unknown) and its targets wait,
 	// as a push member's do.
 	//
-	// Where a pull member's work lives: its RolloutTargets themselves, not copies. The Rollout
-	// writes the target of a pull member into the member's hub namespace instead of its own
-	// (labelled rewind.dev/rollout and rewind.dev/rollout-namespace, as it cannot own it
-	// across namespaces), the agent writes the target's status there, and the Rollout reads
-	// that status as it reads a push target's. So the hub writes per cluster what it writes
-	// for a push member, the target's spec, and no status is mirrored: a copy written by the
-	// hub would double the hub's writes of every step. What a target's steps read besides the
-	// target, the release's OperatorRelease and its stored manifests, the snapshot store and
-	// its key, the hub copies into the namespace once per release (content-addressed, so
-	// nothing is copied twice); the snapshots of a pull member live in its namespace.
+	// Where a pull member's work lives: the Rollout writes its RolloutTarget in the Rollout's
+	// namespace, as for a push member, so that the Rollout, the CLI and the dashboard read
+	// every target in one place. The hub's controller runs no step of it: it keeps a copy of
+	// the target (same spec, labelled rewind.dev/source-namespace and rewind.dev/source-name)
+	// in the member's hub namespace, with copies of what the steps read there (the releases
+	// and renderings the target names; content-addressed, written once), the agent runs the
+	// copy and writes its status, and the hub copies that status onto the target. The price is
+	// one more hub write per status change; the agent's credential never leaves its namespace.
+	// The snapshots of a pull member live in its namespace, under a key of its own.
 	// +optional
 	// +kubebuilder:default=Push
 	// +kubebuilder:validation:Enum=Push;Pull
@@ -103,6 +102,32 @@ type MemberClusterSpec struct {
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",message="must be a duration such as 30s, 5m or 1h30m"
 	UnreachableTimeout *metav1.Duration `json:"unreachableTimeout,omitempty"`
+	// boundNamespaces are the hub namespaces whose Rollouts may target this member (in the
+	// spirit of OCM's ManagedClusterSetBinding: the member's owner binds it, not the
+	// namespace). A Rollout of another namespace that names the member in a wave stalls
+	// (InvalidSpec), and its wave selectors pass the member over.
+	//
+	// Unset: a push member may be targeted from every namespace (as before bindings existed);
+	// a pull member from none: its work is bound explicitly (rewind clusters join NAME
+	// --bind NAMESPACE).
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=63
+	BoundNamespaces []string `json:"boundNamespaces,omitempty"`
+}
+
+// Bound says whether Rollouts of namespace may target mc (spec.boundNamespaces).
+func (mc *MemberCluster) Bound(namespace string) bool {
+	if len(mc.Spec.BoundNamespaces) == 0 {
+		return mc.Spec.Mode != ModePull
+	}
+	for _, ns := range mc.Spec.BoundNamespaces {
+		if ns == namespace {
+			return true
+		}
+	}
+	return false
 }
 
 // InstalledRelease is what a member's installed-version record says about one operator.

@@ -8,6 +8,8 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/rewind-dev/rewind/internal/agent"
 	"github.com/rewind-dev/rewind/internal/join"
@@ -61,7 +63,9 @@ credential expired while the agent was stopped): run 'rewind clusters join NAME'
 			}
 			o.Member = member
 			o.Credentials = agent.CredentialFile{Path: credentials}
-			return agent.Run(cmd.Context(), o)
+			log := zap.New(zap.WriteTo(cmd.ErrOrStderr()))
+			ctrl.SetLogger(log)
+			return agent.Run(ctrl.LoggerInto(cmd.Context(), log), o)
 		},
 	}
 	f := cmd.Flags()

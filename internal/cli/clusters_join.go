@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -18,7 +19,7 @@ import (
 
 func newClustersJoinCommand(h *hubFlags) *cobra.Command {
 	var file, hubServer string
-	var labels []string
+	var labels, bind []string
 	var ttl time.Duration
 	cmd := &cobra.Command{
 		Use:   "join NAME --bootstrap-kubeconfig FILE",
@@ -30,13 +31,15 @@ On the hub, join creates the MemberCluster NAME (mode Pull), its hub namespace
 rewind-member-NAME, the agent's ServiceAccount there with a Role limited to that namespace
 (its RolloutTargets, releases, snapshots, Secrets, Lease) and a ClusterRole that lets it read
 its own MemberCluster and write its status, and nothing else; and a bootstrap token.
+Rollouts of the namespaces given with --bind may target the member (spec.boundNamespaces);
+a pull member is bound to no namespace until it is bound.
 
 The bootstrap token is written, in a kubeconfig for the hub, to --bootstrap-kubeconfig (mode
 0600; it is never printed). It is good for one exchange, before --bootstrap-ttl ends: the
 agent trades it for its own credential, which it renews before it expires, and the hub refuses
 it afterwards. Running join again replaces the token (the earlier one is refused) and keeps
 the agent's credential, if an agent joined. 'clusters leave NAME' revokes everything.`,
-		Example: `  rewind clusters join edge-berlin-7 --bootstrap-kubeconfig edge-berlin-7.bootstrap.yaml --label env=edge
+		Example: `  rewind clusters join edge-berlin-7 --bootstrap-kubeconfig edge-berlin-7.bootstrap.yaml --label env=edge --bind team-db
   # the member reaches the hub at another address than this kubeconfig's; a day to install it
   rewind clusters join store-0042 --bootstrap-kubeconfig store-0042.yaml --hub-server https://hub.example.com:6443 \
     --bootstrap-ttl 24h`,
@@ -49,6 +52,11 @@ the agent's credential, if an agent joined. 'clusters leave NAME' revokes everyt
 			lbls, err := parseLabels(labels)
 			if err != nil {
 				return err
+			}
+			for _, ns := range bind {
+				if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+					return fmt.Errorf("--bind %q is not a namespace name: %s", ns, strings.Join(errs, "; "))
+				}
 			}
 			if _, err := os.Stat(file); err == nil {
 				return fmt.Errorf("--bootstrap-kubeconfig %s exists: name a new file (a bootstrap token is written once, never over another file)", file)
@@ -69,7 +77,7 @@ the agent's credential, if an agent joined. 'clusters leave NAME' revokes everyt
 			if err != nil {
 				return err
 			}
-			b, err := join.Join(cmd.Context(), c, cs, name, join.Options{BootstrapTTL: ttl, Labels: lbls})
+			b, err := join.Join(cmd.Context(), c, cs, name, join.Options{BootstrapTTL: ttl, Labels: lbls, Bind: bind})
 			if err != nil {
 				return hubError(err)
 			}
@@ -104,6 +112,7 @@ the agent's credential, if an agent joined. 'clusters leave NAME' revokes everyt
 	cmd.Flags().StringVar(&hubServer, "hub-server", "", "URL the member reaches the hub's API server at (default: the server of the hub kubeconfig)")
 	cmd.Flags().DurationVar(&ttl, "bootstrap-ttl", join.DefaultBootstrapTTL, fmt.Sprintf("how long the bootstrap token is good for, unused (%s to %s)", join.MinBootstrapTTL, join.MaxBootstrapTTL))
 	cmd.Flags().StringArrayVar(&labels, "label", nil, "label k=v for the MemberCluster (repeatable); wave selectors match these")
+	cmd.Flags().StringArrayVar(&bind, "bind", nil, "hub NAMESPACE whose Rollouts may target the member (repeatable; spec.boundNamespaces)")
 	requireFlags(cmd, "bootstrap-kubeconfig")
 	return cmd
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -34,6 +35,9 @@ type Options struct {
 	BootstrapTTL time.Duration
 	// Labels are set on a MemberCluster that Join creates (wave selectors match them).
 	Labels map[string]string
+	// Bind adds these hub namespaces to the member's spec.boundNamespaces: their Rollouts may
+	// target it.
+	Bind []string
 }
 
 // Bootstrap is what a member's agent needs to join: the hub's bootstrap token for it.
@@ -71,7 +75,7 @@ func Join(ctx context.Context, c client.Client, cs kubernetes.Interface, cluster
 	if ttl < MinBootstrapTTL || ttl > MaxBootstrapTTL {
 		return nil, fmt.Errorf("--bootstrap-ttl %s is out of range: a bootstrap token lives between %s and %s", ttl, MinBootstrapTTL, MaxBootstrapTTL)
 	}
-	mc, err := ensureMember(ctx, c, cluster, o.Labels)
+	mc, err := ensureMember(ctx, c, cluster, o.Labels, o.Bind)
 	if err != nil {
 		return nil, err
 	}
@@ -110,13 +114,13 @@ func Join(ctx context.Context, c client.Client, cs kubernetes.Interface, cluster
 }
 
 // ensureMember gets or creates the MemberCluster of a pull member.
-func ensureMember(ctx context.Context, c client.Client, cluster string, lbls map[string]string) (*v1alpha1.MemberCluster, error) {
+func ensureMember(ctx context.Context, c client.Client, cluster string, lbls map[string]string, bind []string) (*v1alpha1.MemberCluster, error) {
 	mc := &v1alpha1.MemberCluster{}
 	err := retry(ctx, func() error { return c.Get(ctx, client.ObjectKey{Name: cluster}, mc) })
 	switch {
 	case apierrors.IsNotFound(err):
 		mc = &v1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: cluster, Labels: lbls},
-			Spec: v1alpha1.MemberClusterSpec{Mode: v1alpha1.ModePull}}
+			Spec: v1alpha1.MemberClusterSpec{Mode: v1alpha1.ModePull, BoundNamespaces: bind}}
 		if err := retry(ctx, func() error { return c.Create(ctx, mc) }); err != nil {
 			return nil, fmt.Errorf("creating MemberCluster %s: %w", cluster, err)
 		}
@@ -125,6 +129,13 @@ func ensureMember(ctx context.Context, c client.Client, cluster string, lbls map
 		return nil, fmt.Errorf("reading MemberCluster %s: %w", cluster, err)
 	case mc.Spec.Mode != v1alpha1.ModePull:
 		return nil, &PushMemberError{Cluster: cluster}
+	}
+	if missing := slices.DeleteFunc(slices.Clone(bind), func(ns string) bool { return slices.Contains(mc.Spec.BoundNamespaces, ns) }); len(missing) > 0 {
+		base := mc.DeepCopy()
+		mc.Spec.BoundNamespaces = append(mc.Spec.BoundNamespaces, missing...)
+		if err := retry(ctx, func() error { return c.Patch(ctx, mc, client.MergeFrom(base)) }); err != nil {
+			return nil, fmt.Errorf("binding MemberCluster %s to %v: %w", cluster, missing, err)
+		}
 	}
 	if len(lbls) > 0 {
 		base := mc.DeepCopy()

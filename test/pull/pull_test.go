@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -21,6 +22,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
@@ -190,6 +192,9 @@ func mixedFleet(t *testing.T) (*fleet.Fleet, map[string]*agent) {
 	t.Helper()
 	joined(t)
 	f := suite.New(t, allAtOnce())
+	for _, name := range pullMembers {
+		bind(t, name, f.NS)
+	}
 	agents := map[string]*agent{}
 	for _, name := range pullMembers {
 		agents[name] = startAgent(t, name)
@@ -230,8 +235,8 @@ func assertAll(t *testing.T, f *fleet.Fleet, rel string, snaps map[string]string
 }
 
 // TestMixedFleetUpgradeFailedGateAndRollback: one Rollout over two push and two pull members
-// upgrades all four, rolls all four back when a pull member's health gate fails
-// (RollbackAll), and rolls back at a person's word; each ends with every member compared with
+// upgrades all four, rolls all four back at a person's word, and rolls all four back when
+// the next release's health gates fail (RollbackAll); each ends with every member compared with
 // its snapshot object by object. The pull members' snapshots are in their hub namespaces,
 // the hub held no credential of theirs, and the targets' status shows what their agents did.
 func TestMixedFleetUpgradeFailedGateAndRollback(t *testing.T) {
@@ -256,19 +261,19 @@ func TestMixedFleetUpgradeFailedGateAndRollback(t *testing.T) {
 		}
 	}
 
-	// A failed gate: every member goes back to its snapshot of mysql-b.
+	// A person's rollback to mysql-a: back to the snapshots taken before mysql-b.
+	suite.Rewind(t, f.NS, "rollback", f.Name, "--reason", "mixed fleet")
+	f.WaitPhase("mysql-a", v1alpha1.RolloutRolledBack, 5*time.Minute)
+	assertAll(t, f, "mysql-a", upgrade, true)
+
+	// A failed gate: every member goes back to its snapshot of mysql-a.
 	f.SetRelease("mysql-bad", func(s *v1alpha1.RolloutSpec) { s.FailurePolicy = v1alpha1.FailurePolicyRollbackAll })
-	ro = f.WaitPhase("mysql-b", v1alpha1.RolloutRolledBack, 5*time.Minute)
+	ro = f.WaitPhase("mysql-a", v1alpha1.RolloutRolledBack, 5*time.Minute)
 	bad := ro.Status.History[len(ro.Status.History)-2]
 	if bad.Release != "mysql-bad" || bad.Outcome != "RolledBack" {
 		t.Fatalf("history: %+v", ro.Status.History)
 	}
-	assertAll(t, f, "mysql-b", f.SnapshotsOf(bad.Revision), true)
-
-	// A person's rollback to mysql-a: back to the snapshots taken before mysql-b.
-	suite.Rewind(t, f.NS, "rollback", f.Name, "--reason", "mixed fleet")
-	ro = f.WaitPhase("mysql-a", v1alpha1.RolloutRolledBack, 5*time.Minute)
-	assertAll(t, f, "mysql-a", upgrade, true)
+	assertAll(t, f, "mysql-a", f.SnapshotsOf(bad.Revision), true)
 }
 
 // TestAgentKilledDuringRestoreResumes: a pull member's agent killed (SIGKILL) in the middle of
@@ -398,6 +403,77 @@ func TestAgentRidesOutFaults(t *testing.T) {
 		}
 	}
 	assertAll(t, f, "mysql-a", snaps, true)
+}
+
+// bind lets Rollouts of namespace ns target member name (spec.boundNamespaces) until the
+// test ends.
+func bind(t *testing.T, name, ns string) {
+	t.Helper()
+	c := suite.Hub(t)
+	set := func(add bool) error {
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			mc := &v1alpha1.MemberCluster{}
+			if err := c.Get(context.Background(), client.ObjectKey{Name: name}, mc); err != nil {
+				return err
+			}
+			mc.Spec.BoundNamespaces = slices.DeleteFunc(mc.Spec.BoundNamespaces, func(s string) bool { return s == ns })
+			if add {
+				mc.Spec.BoundNamespaces = append(mc.Spec.BoundNamespaces, ns)
+			}
+			return c.Update(context.Background(), mc)
+		})
+	}
+	if err := set(true); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := set(false); err != nil {
+			t.Errorf("unbinding %s from %s: %v", name, ns, err)
+		}
+	})
+}
+
+// TestPullMemberNeedsBinding: a Rollout may target a pull member only from a namespace the
+// member is bound to: unbound, naming it stalls the Rollout before any cluster changes, with
+// the fix in the message; a wave selector passes it over. Bound, the Rollout goes on by
+// itself. Push members stay targetable from every namespace while unbound.
+func TestPullMemberNeedsBinding(t *testing.T) {
+	joined(t)
+	f := suite.New(t, []v1alpha1.Wave{{Name: "edge", Clusters: []string{"member3"}, MaxConcurrency: 1}})
+	startAgent(t, "member3")
+	suite.StartManager(t, f.NS, controller.Options{})
+	c := f.WaitCondition(v1alpha1.ConditionStalled, metav1.ConditionTrue, v1alpha1.ReasonInvalidSpec, 2*time.Minute)
+	if !strings.Contains(c.Message, `"member3", which is not bound to namespace `+f.NS) || !strings.Contains(c.Message, "boundNamespaces") {
+		t.Errorf("Stalled must say member3 is not bound to %s, and how to bind it: %s", f.NS, c.Message)
+	}
+	if rec := f.Record(suite.Member(t, "member3")); rec != nil {
+		t.Fatalf("an unbound member was changed: %+v", rec)
+	}
+	var targets v1alpha1.RolloutTargetList
+	if err := suite.Hub(t).List(t.Context(), &targets, client.InNamespace(f.NS)); err != nil || len(targets.Items) != 0 {
+		t.Fatalf("no target may be planned for an unbound member: %d (%v)", len(targets.Items), err)
+	}
+
+	// A selector of every member (env=test) passes the unbound pull members over: the push
+	// members, unbound, are targetable from every namespace.
+	f.SetRelease("mysql-a", func(s *v1alpha1.RolloutSpec) {
+		s.Waves = []v1alpha1.Wave{{Name: "all", Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"env": "test"}}, MaxConcurrency: 4}}
+	})
+	f.WaitPhase("mysql-a", v1alpha1.RolloutSucceeded, 3*time.Minute)
+	if p := f.Phases(); len(p) != 2 || p["member1"] != v1alpha1.ClusterSucceeded || p["member2"] != v1alpha1.ClusterSucceeded {
+		t.Fatalf("the selector must pick the push members only: %v", p)
+	}
+
+	// Bound: member3 joins the rollout's next revision, run by its agent.
+	bind(t, "member3", f.NS)
+	f.SetRelease("mysql-b", nil)
+	f.WaitPhase("mysql-b", v1alpha1.RolloutSucceeded, 4*time.Minute)
+	if p := f.Phases(); len(p) != 3 || p["member3"] != v1alpha1.ClusterSucceeded {
+		t.Fatalf("bound, member3 must be targeted: %v", p)
+	}
+	if rec := f.Record(suite.Member(t, "member3")); rec == nil || rec.Release != "mysql-b" {
+		t.Fatalf("member3's record %+v, want mysql-b", rec)
+	}
 }
 
 // setPullTimeouts makes a pull member's heartbeat grace period (unreachableTimeout) d and

@@ -24,7 +24,9 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
@@ -523,11 +525,29 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&v1alpha1.RolloutTarget{}).
 		// A release created after the Rollout that asks for it (it was Stalled) starts it.
 		Watches(&v1alpha1.OperatorRelease{}, handler.EnqueueRequestsFromMapFunc(r.rolloutsOf)).
+		// A member bound to a namespace (spec.boundNamespaces) starts the Rollouts stalled on it.
+		Watches(&v1alpha1.MemberCluster{}, handler.EnqueueRequestsFromMapFunc(r.stalledRollouts),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Complete(r)
 }
 
 // rolloutsOf returns the Rollouts of a release's namespace that ask for it.
+// stalledRollouts are the Rollouts stalled on their spec, which a member's change may fix.
+func (r *Reconciler) stalledRollouts(ctx context.Context, _ client.Object) []reconcile.Request {
+	var list v1alpha1.RolloutList
+	if err := r.Client.List(ctx, &list); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, ro := range list.Items {
+		if c := meta.FindStatusCondition(ro.Status.Conditions, v1alpha1.ConditionStalled); c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonInvalidSpec {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&ro)})
+		}
+	}
+	return out
+}
+
 func (r *Reconciler) rolloutsOf(ctx context.Context, o client.Object) []reconcile.Request {
 	var list v1alpha1.RolloutList
 	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace())); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -253,8 +254,13 @@ func (r *Reconciler) resolve(ctx context.Context, ro *v1alpha1.Rollout) ([]WaveC
 		var names []string
 		if len(w.Clusters) > 0 {
 			for _, n := range w.Clusters {
-				if !slices.ContainsFunc(list.Items, func(mc v1alpha1.MemberCluster) bool { return mc.Name == n }) {
+				j := slices.IndexFunc(list.Items, func(mc v1alpha1.MemberCluster) bool { return mc.Name == n })
+				if j < 0 {
 					return nil, stallf(v1alpha1.ReasonInvalidSpec, "spec.waves[%d].clusters names %q, which is not a MemberCluster (register it with rewind clusters add)", i, n)
+				}
+				if mc := &list.Items[j]; !mc.Bound(ro.Namespace) {
+					return nil, stallf(v1alpha1.ReasonInvalidSpec, "spec.waves[%d].clusters names %q, which is not bound to namespace %s: its spec.boundNamespaces (%s) leaves this namespace out; its owner binds it with: kubectl patch membercluster %s --type=json -p '[{\"op\":\"add\",\"path\":\"/spec/boundNamespaces/-\",\"value\":\"%s\"}]'",
+						i, n, ro.Namespace, boundList(mc), n, ro.Namespace)
 				}
 				names = append(names, n)
 			}
@@ -264,7 +270,7 @@ func (r *Reconciler) resolve(ctx context.Context, ro *v1alpha1.Rollout) ([]WaveC
 				return nil, stallf(v1alpha1.ReasonInvalidSpec, "spec.waves[%d].selector: %v", i, err)
 			}
 			for _, mc := range list.Items {
-				if sel.Matches(labels.Set(mc.Labels)) {
+				if sel.Matches(labels.Set(mc.Labels)) && mc.Bound(ro.Namespace) {
 					names = append(names, mc.Name)
 				}
 			}
@@ -278,9 +284,17 @@ func (r *Reconciler) resolve(ctx context.Context, ro *v1alpha1.Rollout) ([]WaveC
 		}
 	}
 	if len(out) == 0 {
-		return nil, stallf(v1alpha1.ReasonInvalidSpec, "no MemberCluster matches any wave of the rollout (spec.waves)")
+		return nil, stallf(v1alpha1.ReasonInvalidSpec, "no MemberCluster bound to namespace %s matches any wave of the rollout (spec.waves; a member's spec.boundNamespaces says which namespaces may target it)", ro.Namespace)
 	}
 	return out, nil
+}
+
+// boundList words a member's spec.boundNamespaces.
+func boundList(mc *v1alpha1.MemberCluster) string {
+	if len(mc.Spec.BoundNamespaces) == 0 {
+		return "unset: a pull member is bound to no namespace until its owner binds it"
+	}
+	return strings.Join(mc.Spec.BoundNamespaces, ", ")
 }
 
 // snapshots lists the complete snapshots this rollout took.
