@@ -505,4 +505,3 @@ func poll(t *testing.T, what string, timeout time.Duration, cond func(ctx contex
 		t.Fatalf("%s did not happen: %v", what, err)
 	}
 }
-
