@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/rewind-dev/rewind/internal/agentcmd"
 	"github.com/rewind-dev/rewind/internal/controllercmd"
 	"github.com/rewind-dev/rewind/internal/version"
 )
@@ -61,5 +62,7 @@ func newCommand() *cobra.Command {
 		}
 		return controllercmd.Run(cmd, cfg, o, *devLog)
 	}
+	// The image runs a pull member's agent too: rewind-controller agent --cluster NAME ...
+	cmd.AddCommand(agentcmd.New())
 	return cmd
 }

@@ -4,6 +4,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"github.com/rewind-dev/rewind/internal/agentcmd"
 	"path/filepath"
 	"strings"
 
@@ -88,7 +89,7 @@ files of $KUBECONFIG, else ~/.kube/config; --context picks a context and -n a na
 	}
 	h.register(root)
 	root.AddCommand(newControllerCommand(h))
-	root.AddCommand(newAgentCommand())
+	root.AddCommand(agentcmd.New())
 	root.AddCommand(newInstallCommand(h))
 	root.AddCommand(newNamespaceCommand(h))
 	root.AddCommand(newClustersCommand(h))

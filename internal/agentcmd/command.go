@@ -1,4 +1,6 @@
-package cli
+// Package agentcmd is the agent command, shared by the CLI (rewind agent) and the image's
+// binary (rewind-controller agent), which runs it in a member's pod.
+package agentcmd
 
 import (
 	"fmt"
@@ -15,7 +17,8 @@ import (
 	"github.com/rewind-dev/rewind/internal/join"
 )
 
-func newAgentCommand() *cobra.Command {
+// New returns the agent command.
+func New() *cobra.Command {
 	var o agent.Options
 	var bootstrap, credentials, memberKubeconfig string
 	cmd := &cobra.Command{
@@ -49,8 +52,15 @@ credential expired while the agent was stopped): run 'rewind clusters join NAME'
 			}
 			if bootstrap != "" {
 				if _, err := os.Stat(bootstrap); err != nil {
-					return fmt.Errorf("--bootstrap-kubeconfig %s: %w", bootstrap, err)
+					// Once the agent holds its credential, the (spent) bootstrap token may be gone:
+					// a pod's optional Secret volume.
+					if _, cerr := os.Stat(credentials); cerr != nil {
+						return fmt.Errorf("--bootstrap-kubeconfig %s: %w", bootstrap, err)
+					}
+					bootstrap = ""
 				}
+			}
+			if bootstrap != "" {
 				cfg, err := clientcmd.BuildConfigFromFlags("", bootstrap)
 				if err != nil {
 					return fmt.Errorf("--bootstrap-kubeconfig %s cannot be used: %w", bootstrap, err)
@@ -79,7 +89,11 @@ credential expired while the agent was stopped): run 'rewind clusters join NAME'
 	f.DurationVar(&o.GatePoll, "gate-poll", 2*time.Second, "how often an unhealthy cluster is checked again during a health gate")
 	f.Int64Var(&o.RestoreMemory, "restore-memory", 0, "bytes of snapshot content restores may hold in memory at once (0: unbounded)")
 	f.StringVar(&o.MetricsAddr, "metrics-bind-address", "0", "address the agent serves its metrics on (0: off)")
-	requireFlags(cmd, "cluster", "credential-file")
+	for _, n := range []string{"cluster", "credential-file"} {
+		if err := cmd.MarkFlagRequired(n); err != nil {
+			panic(err)
+		}
+	}
 	return cmd
 }
 
