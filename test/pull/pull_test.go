@@ -267,7 +267,11 @@ func TestMixedFleetUpgradeFailedGateAndRollback(t *testing.T) {
 	assertAll(t, f, "mysql-a", upgrade, true)
 
 	// A failed gate: every member goes back to its snapshot of mysql-a.
+	after := f.Rollout().Status.Revision
 	f.SetRelease("mysql-bad", func(s *v1alpha1.RolloutSpec) { s.FailurePolicy = v1alpha1.FailurePolicyRollbackAll })
+	poll(t, "the failed release's revision", 2*time.Minute, func(context.Context) (bool, error) {
+		return f.Rollout().Status.Revision > after, nil
+	})
 	ro = f.WaitPhase("mysql-a", v1alpha1.RolloutRolledBack, 5*time.Minute)
 	bad := ro.Status.History[len(ro.Status.History)-2]
 	if bad.Release != "mysql-bad" || bad.Outcome != "RolledBack" {

@@ -3,6 +3,7 @@ package target
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -43,6 +44,28 @@ func IsCopy(t client.Object) bool { return t.GetLabels()[v1alpha1.LabelSourceNam
 // the target's name, so that the targets of Rollouts of different namespaces never meet.
 func CopyName(t *v1alpha1.RolloutTarget) string {
 	n := t.Namespace + "." + t.Name
+	if len(n) > 253 {
+		n = n[:253]
+	}
+	return n
+}
+
+// copySpec is the spec of t's copy: t's, with the snapshot named for the member's namespace,
+// where the snapshots of every Rollout that targets the member meet: prefixed with the
+// Rollout's namespace (a name the copy's status already gave back keeps its prefix).
+func copySpec(t *v1alpha1.RolloutTarget) v1alpha1.RolloutTargetSpec {
+	spec := *t.Spec.DeepCopy()
+	spec.Snapshot = MemberSnapshotName(t.Namespace, spec.Snapshot)
+	return spec
+}
+
+// MemberSnapshotName is the name in a pull member's namespace of the snapshot name that a
+// Rollout of namespace ns planned.
+func MemberSnapshotName(ns, name string) string {
+	if name == "" || strings.HasPrefix(name, ns+".") {
+		return name
+	}
+	n := ns + "." + name
 	if len(n) > 253 {
 		n = n[:253]
 	}
@@ -136,19 +159,19 @@ func (r *Reconciler) relay(ctx context.Context, t *v1alpha1.RolloutTarget, mc *v
 		cp = &v1alpha1.RolloutTarget{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Labels: map[string]string{
 			v1alpha1.LabelRollout: t.Spec.Rollout, v1alpha1.LabelCluster: t.Spec.Cluster,
 			v1alpha1.LabelSourceNamespace: t.Namespace, v1alpha1.LabelSourceName: t.Name,
-		}}, Spec: t.Spec}
+		}}, Spec: copySpec(t)}
 		if err := r.Client.Create(ctx, cp); err != nil {
 			return ctrl.Result{}, fmt.Errorf("creating the copy %s of RolloutTarget %s/%s for pull member %s: %w", key, t.Namespace, t.Name, mc.Name, err)
 		}
 	case err != nil:
 		return ctrl.Result{}, err
-	case !equality.Semantic.DeepEqual(cp.Spec, t.Spec):
+	case !equality.Semantic.DeepEqual(cp.Spec, copySpec(t)):
 		if cp.Spec.Revision != t.Spec.Revision || cp.Spec.Path != t.Spec.Path {
 			if err := r.copyInputs(ctx, t, ns); err != nil {
 				return ctrl.Result{}, err
 			}
 		}
-		cp.Spec = t.Spec
+		cp.Spec = copySpec(t)
 		if err := r.Client.Update(ctx, cp); err != nil {
 			return ctrl.Result{}, fmt.Errorf("updating the copy %s of RolloutTarget %s/%s for pull member %s: %w", key, t.Namespace, t.Name, mc.Name, err)
 		}
@@ -183,7 +206,7 @@ func (r *Reconciler) relayedStatus(t, cp *v1alpha1.RolloutTarget, mc *v1alpha1.M
 		// The copy's generation is not the target's: the agent saw this target's spec when it
 		// saw the copy's current one, and that one equals this target's.
 		want.ObservedGeneration = t.Status.ObservedGeneration
-		if cp.Status.ObservedGeneration == cp.Generation && equality.Semantic.DeepEqual(cp.Spec, t.Spec) {
+		if cp.Status.ObservedGeneration == cp.Generation && equality.Semantic.DeepEqual(cp.Spec, copySpec(t)) {
 			want.ObservedGeneration = t.Generation
 		}
 	}

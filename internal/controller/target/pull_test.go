@@ -79,6 +79,18 @@ func TestRelayedStatus(t *testing.T) {
 	}
 }
 
+func TestMemberSnapshotName(t *testing.T) {
+	if got := MemberSnapshotName("team-a", "mysql-edge-r2"); got != "team-a.mysql-edge-r2" {
+		t.Errorf("planned name: %s", got)
+	}
+	if got := MemberSnapshotName("team-a", "team-a.mysql-edge-r2"); got != "team-a.mysql-edge-r2" {
+		t.Errorf("a name the copy gave back: %s", got)
+	}
+	if got := MemberSnapshotName("team-a", ""); got != "" {
+		t.Errorf("no snapshot: %q", got)
+	}
+}
+
 func TestCopyName(t *testing.T) {
 	tt := &v1alpha1.RolloutTarget{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "mysql-edge"}}
 	if got := CopyName(tt); got != "team-a.mysql-edge" {
