@@ -151,6 +151,9 @@ type ClientConfigWebhook struct {
 
 	mu      sync.Mutex
 	clients map[string]*http.Client
+	// down holds, by URL, why a webhook could not be called: it is not called again (one
+	// timeout per webhook, not one per object).
+	down map[string]error
 }
 
 // Convert implements Converter.
@@ -174,6 +177,12 @@ func (w *ClientConfigWebhook) Convert(ctx context.Context, crd *apiextensionsv1.
 	if err != nil {
 		return nil, fmt.Errorf("%w: CRD %s: %v", ErrConversionNotVerified, crd.Name, err)
 	}
+	w.mu.Lock()
+	down := w.down[*cc.URL]
+	w.mu.Unlock()
+	if down != nil {
+		return nil, down
+	}
 	out, err := WebhookClient{URL: *cc.URL, Client: hc}.Convert(ctx, crd, obj, toVersion)
 	var werr *WebhookError
 	switch {
@@ -183,7 +192,14 @@ func (w *ClientConfigWebhook) Convert(ctx context.Context, crd *apiextensionsv1.
 		return out, err
 	}
 	// Not reached, refused the connection or the TLS handshake, timed out: not verified.
-	return nil, fmt.Errorf("%w: %v", ErrConversionNotVerified, err)
+	err = fmt.Errorf("%w: %v", ErrConversionNotVerified, err)
+	w.mu.Lock()
+	if w.down == nil {
+		w.down = map[string]error{}
+	}
+	w.down[*cc.URL] = err
+	w.mu.Unlock()
+	return nil, err
 }
 
 // client returns the HTTP client that trusts caBundle, one per bundle.

@@ -9,8 +9,10 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"math/big"
+	"net"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -103,4 +105,39 @@ func otherCA(t *testing.T) []byte {
 // caOf is the PEM of the test server's certificate (self-signed: its own CA).
 func caOf(s *httptest.Server) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.Certificate().Raw})
+}
+
+// A webhook that cannot be reached is tried once, not once per object: a plan of thousands of
+// objects does not wait a timeout for each.
+func TestClientConfigWebhookDownIsCalledOnce(t *testing.T) {
+	_, v2, v3 := mysqlCRDs(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ln.Close() }()
+	var accepted atomic.Int32
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			_ = c.Close() // no TLS handshake
+		}
+	}()
+	crd := v3.DeepCopy()
+	u := "https://" + ln.Addr().String() + "/convert"
+	crd.Spec.Conversion.Webhook.ClientConfig = &apiextensionsv1.WebhookClientConfig{URL: &u, CABundle: otherCA(t)}
+	got, err := RoundTrip(context.Background(), v2, crd, mysqlObjects(t, "v1beta1"), Conversion{Webhook: &ClientConfigWebhook{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := objectKeys(got); strings.Join(g, ",") != "warning ConversionNotVerified shop/orders " || !strings.Contains(got[0].Message, "2 objects") {
+		t.Errorf("findings:\n%s", findingLines(got))
+	}
+	if n := accepted.Load(); n != 1 {
+		t.Errorf("the webhook that hung up was called %d times for 2 objects, want once", n)
+	}
 }
