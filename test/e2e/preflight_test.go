@@ -10,10 +10,15 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/cli"
+	"github.com/rewind-dev/rewind/internal/member"
+	"github.com/rewind-dev/rewind/internal/testbed/testenv"
 	"github.com/rewind-dev/rewind/internal/testfixture"
+	"github.com/rewind-dev/rewind/test/fleet"
 )
 
 // A release that lowers spec.replicas' maximum below what live MySQLClusters use: the preflight
@@ -89,4 +94,146 @@ func mustJSON(t *testing.T, u *unstructured.Unstructured) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// memberState is the resourceVersion of every object the release or the fleet put on each
+// member the rollout targets (the CRD, the record, the operator's objects, the MySQLClusters
+// and their children): any write changes one.
+func memberState(t *testing.T, f *fleet.Fleet) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	kinds := []schema.GroupVersionResource{
+		{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"},
+		testfixture.MySQLGVR,
+		{Group: "apps", Version: "v1", Resource: "deployments"},
+		{Group: "apps", Version: "v1", Resource: "statefulsets"},
+		{Version: "v1", Resource: "configmaps"},
+		{Version: "v1", Resource: "secrets"},
+		{Version: "v1", Resource: "services"},
+	}
+	for _, m := range suite.Env.Members {
+		dyn := testenv.Member(t, m).Dynamic
+		for _, gvr := range kinds {
+			list, err := dyn.Resource(gvr).List(t.Context(), metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range list.Items {
+				ns := o.GetNamespace()
+				if ns != "" && ns != f.OpNS && ns != f.CRNS && ns != member.RecordNamespace {
+					continue
+				}
+				if gvr.Resource == "customresourcedefinitions" && o.GetName() != "mysqlclusters.database.example.com" {
+					continue
+				}
+				out[m.Name+" "+gvr.Resource+" "+ns+"/"+o.GetName()] = o.GetResourceVersion()
+			}
+		}
+	}
+	return out
+}
+
+func assertSameState(t *testing.T, when string, before, after map[string]string) {
+	t.Helper()
+	crs := 0
+	for k, v := range before {
+		if strings.Contains(k, " mysqlclusters ") {
+			crs++
+		}
+		if after[k] != v {
+			t.Errorf("%s: %s changed (resourceVersion %s -> %q)", when, k, v, after[k])
+		}
+	}
+	for k := range after {
+		if _, ok := before[k]; !ok {
+			t.Errorf("%s: %s was created", when, k)
+		}
+	}
+	if crs == 0 {
+		t.Errorf("%s: no MySQLCluster in the state compared: the comparison proves nothing", when)
+	}
+}
+
+// A release that narrows an enum the live MySQLClusters use: a dry run (spec.dryRun) plans it
+// into status.plan and the Planned condition, rewind plan names the refused objects, and when
+// the dry run is turned off Enforce stops the revision; through all of it no object on any
+// member changes.
+func TestPreflightEnumNarrowedDryRunThenEnforce(t *testing.T) {
+	f := newFleet(t, waves2())
+	startManager(t, f.NS, nil)
+	f.WaitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	f.Populate() // spec.version 8.0.30 .. 8.0.35 on every member (db-00000 .. db-00005)
+	enum := func(values ...string) string {
+		crd := strings.Replace(testfixture.MySQLCRDYAML, "              version:\n                type: string\n",
+			"              version:\n                type: string\n                enum: ["+strings.Join(values, ", ")+"]\n", 1)
+		if crd == testfixture.MySQLCRDYAML {
+			t.Fatal("the fixture CRD has no spec.version to restrict")
+		}
+		return crd
+	}
+	all := []string{"8.0.30", "8.0.31", "8.0.32", "8.0.33", "8.0.34", "8.0.35", "8.0.36", "8.0.37", "8.0.38", "8.0.39"}
+	if err := testfixture.CreateReleaseWithCRD(t.Context(), hub(t), t.TempDir(), f.NS, "mysql-enum", "2.1.0", healthy, enum(all...)); err != nil {
+		t.Fatal(err)
+	}
+	if err := testfixture.CreateReleaseWithCRD(t.Context(), hub(t), t.TempDir(), f.NS, "mysql-enum-narrow", "2.2.0", healthy, enum(all[:4]...)); err != nil {
+		t.Fatal(err)
+	}
+	// The enum every live value is in: nothing is refused, the release goes on.
+	f.SetRelease("mysql-enum", nil)
+	f.WaitPhase("mysql-enum", v1alpha1.RolloutSucceeded, 3*time.Minute)
+	before := memberState(t, f)
+	revision := f.Rollout().Status.Revision
+
+	// The dry run: planned, not rolled out.
+	f.SetRelease("mysql-enum-narrow", func(s *v1alpha1.RolloutSpec) { s.DryRun = true })
+	c := f.WaitCondition(v1alpha1.ConditionPlanned, metav1.ConditionTrue, v1alpha1.ReasonPlanned, 2*time.Minute)
+	ro := f.Rollout()
+	if ro.Status.Revision != revision || ro.Status.CurrentRelease != "mysql-enum" {
+		t.Errorf("the dry run started a revision: %d (was %d), current release %s", ro.Status.Revision, revision, ro.Status.CurrentRelease)
+	}
+	p := ro.Status.Plan
+	if p == nil || p.Release != "mysql-enum-narrow" || p.ObservedGeneration != ro.Generation || len(p.Clusters) != 3 {
+		t.Fatalf("status.plan: %+v (condition %s)", p, c.Message)
+	}
+	for _, s := range []string{"release mysql-enum-narrow planned on 3 clusters (3 to upgrade)", "nothing was changed"} {
+		if !strings.Contains(c.Message, s) {
+			t.Errorf("the Planned condition does not say %q: %s", s, c.Message)
+		}
+	}
+	for _, cp := range p.Clusters {
+		// db-00004 (8.0.34) and db-00005 (8.0.35) are refused.
+		if cp.Error != "" || cp.Path != v1alpha1.PathUpgrade || cp.RefusedObjects != 2 || cp.CustomResources != 6 || cp.Bytes == 0 ||
+			cp.CRDFindings == 0 || cp.Errors < 3 || cp.Updates == 0 || cp.SnapshotEstimate == "" {
+			t.Errorf("%s: plan %+v", cp.Cluster, cp)
+		}
+		findings := strings.Join(cp.Findings, "\n")
+		for _, s := range []string{"EnumNarrowed", "ObjectRefused", f.CRNS + "/db-00004 .spec.version", f.CRNS + "/db-00005 .spec.version"} {
+			if !strings.Contains(findings, s) {
+				t.Errorf("%s: the plan's findings do not name %q:\n%s", cp.Cluster, s, findings)
+			}
+		}
+		// The rollout took snapshots of each cluster: the estimate comes from their measured rate.
+		if !strings.HasPrefix(cp.SnapshotEstimate, "about ") {
+			t.Errorf("%s: snapshot estimate %q, want one from the measured rate", cp.Cluster, cp.SnapshotEstimate)
+		}
+	}
+	out, err := cli.Run(t.Context(), "plan", "mysql", "--kubeconfig", suite.Env.Hub.Kubeconfig, "-n", f.NS)
+	if err == nil || !strings.Contains(out, f.CRNS+"/db-00004 .spec.version") || !strings.Contains(out, "capture time about") {
+		t.Errorf("rewind plan must name the refused objects and fail: %v\n%s", err, out)
+	}
+	assertSameState(t, "after the dry run", before, memberState(t, f))
+
+	// The dry run off: Enforce stops the revision before any cluster changes.
+	f.SetRelease("mysql-enum-narrow", func(s *v1alpha1.RolloutSpec) { s.DryRun = false })
+	c = f.WaitCondition(v1alpha1.ConditionPreflight, metav1.ConditionFalse, v1alpha1.ReasonPreflightFailed, 2*time.Minute)
+	for _, s := range []string{"stopped before any cluster changed", "ObjectRefused", f.CRNS + "/db-00004 .spec.version", "member1", "member2", "member3"} {
+		if !strings.Contains(c.Message, s) {
+			t.Errorf("the Preflight condition does not say %q:\n%s", s, c.Message)
+		}
+	}
+	ro = f.Rollout()
+	if ro.Status.Revision != revision || ro.Status.Plan != nil || meta.FindStatusCondition(ro.Status.Conditions, v1alpha1.ConditionPlanned) != nil {
+		t.Errorf("revision %d (was %d); the dry run's plan must be gone: %+v", ro.Status.Revision, revision, ro.Status.Plan)
+	}
+	assertSameState(t, "after Enforce stopped the release", before, memberState(t, f))
 }
