@@ -3,9 +3,20 @@
 package e2e
 
 import (
+	"crypto/tls"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -236,4 +247,112 @@ func TestPreflightEnumNarrowedDryRunThenEnforce(t *testing.T) {
 		t.Errorf("revision %d (was %d); the dry run's plan must be gone: %+v", ro.Status.Revision, revision, ro.Status.Plan)
 	}
 	assertSameState(t, "after Enforce stopped the release", before, memberState(t, f))
+}
+
+// A release whose conversion webhook (served here over TLS, named by URL with the caBundle of
+// the CA that signed its certificate) drops spec.config on the way back to v1alpha1: the round
+// trip names the field before the rollout starts, in the dry run's plan and in rewind plan;
+// then the release rolls out (the lost field is a warning) and the members' API servers convert
+// through the same webhook.
+func TestPreflightConversionWebhookDropsAFieldOnTheWayBack(t *testing.T) {
+	certPEM, keyPEM, err := suite.Env.ServingCert("lossy-conversion")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		review := apiextensionsv1.ConversionReview{}
+		if err := json.NewDecoder(r.Body).Decode(&review); err != nil || review.Request == nil {
+			http.Error(w, "not a ConversionReview", http.StatusBadRequest)
+			return
+		}
+		resp := &apiextensionsv1.ConversionResponse{UID: review.Request.UID, Result: metav1.Status{Status: metav1.StatusSuccess}}
+		for _, raw := range review.Request.Objects {
+			u := &unstructured.Unstructured{}
+			if err := u.UnmarshalJSON(raw.Raw); err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			u.SetAPIVersion(review.Request.DesiredAPIVersion)
+			if review.Request.DesiredAPIVersion == "database.example.com/v1alpha1" {
+				unstructured.RemoveNestedField(u.Object, "spec", "config") // the bug
+			}
+			b, _ := u.MarshalJSON()
+			resp.ConvertedObjects = append(resp.ConvertedObjects, runtime.RawExtension{Raw: b})
+		}
+		review.Response, review.Request = resp, nil
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(review)
+	}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	srv.StartTLS()
+	// Closed after the fleet is cleaned up (cleanups run last first): the CRD is deleted while
+	// its webhook still answers.
+	t.Cleanup(srv.Close)
+
+	f := newFleet(t, waves2())
+	startManager(t, f.NS, nil)
+	f.WaitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	f.Populate()
+	for _, m := range suite.Env.Members[:3] {
+		patch := []byte(`{"spec":{"config":"max_connections=500"}}`)
+		if _, err := testenv.Member(t, m).Dynamic.Resource(testfixture.MySQLGVR).Namespace(f.CRNS).Patch(t.Context(), "db-00000", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	crd := testfixture.MySQLCRDv1beta1YAML + fmt.Sprintf(`  conversion:
+    strategy: Webhook
+    webhook:
+      conversionReviewVersions: ["v1"]
+      clientConfig:
+        url: %s/convert
+        caBundle: %s
+`, srv.URL, base64.StdEncoding.EncodeToString(suite.Env.CABundle()))
+	if err := testfixture.CreateReleaseWithCRD(t.Context(), hub(t), t.TempDir(), f.NS, "mysql-conv", "3.0.0", healthy, crd); err != nil {
+		t.Fatal(err)
+	}
+	before := memberState(t, f)
+
+	// Before the rollout starts: the dry run's plan and rewind plan name the field.
+	f.SetRelease("mysql-conv", func(s *v1alpha1.RolloutSpec) { s.DryRun = true })
+	f.WaitCondition(v1alpha1.ConditionPlanned, metav1.ConditionTrue, v1alpha1.ReasonPlanned, 2*time.Minute)
+	p := f.Rollout().Status.Plan
+	if p == nil || len(p.Clusters) != 3 {
+		t.Fatalf("status.plan: %+v", p)
+	}
+	for _, cp := range p.Clusters {
+		findings := strings.Join(cp.Findings, "\n")
+		if cp.Error != "" || cp.RoundTripFindings == 0 || !strings.Contains(findings, "FieldLost") || !strings.Contains(findings, f.CRNS+"/db-00000 .spec.config") ||
+			strings.Contains(findings, "ConversionNotVerified") {
+			t.Errorf("%s: the plan must name .spec.config lost on the way back: %+v", cp.Cluster, cp)
+		}
+	}
+	out, err := cli.Run(t.Context(), "plan", "mysql", "--kubeconfig", suite.Env.Hub.Kubeconfig, "-n", f.NS)
+	t.Logf("rewind plan mysql:\n%s", out)
+	if err != nil || !strings.Contains(out, "FieldLost") || !strings.Contains(out, f.CRNS+"/db-00000 .spec.config") ||
+		!strings.Contains(out, "converted back from v1beta1 to v1alpha1 by the release's CRD (Webhook)") {
+		t.Errorf("rewind plan must name the field the webhook drops on the way back: %v\n%s", err, out)
+	}
+	assertSameState(t, "after the plans", before, memberState(t, f))
+
+	// The lost field is a warning: the release rolls out, and each member's API server converts
+	// through the webhook the plan called.
+	f.SetRelease("mysql-conv", func(s *v1alpha1.RolloutSpec) { s.DryRun = false })
+	f.WaitPhase("mysql-conv", v1alpha1.RolloutSucceeded, 3*time.Minute)
+	n := calls.Load()
+	v1beta1 := testfixture.MySQLGVR
+	v1beta1.Version = "v1beta1"
+	got, err := testenv.Member(t, suite.Env.Members[0]).Dynamic.Resource(v1beta1).Namespace(f.CRNS).Get(t.Context(), "db-00000", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("reading a MySQLCluster at v1beta1 through the webhook: %v", err)
+	}
+	if c, _, _ := unstructured.NestedString(got.Object, "spec", "config"); c != "max_connections=500" || calls.Load() == n {
+		t.Errorf("the member's API server did not convert through the webhook: spec.config %q, calls %d -> %d", c, n, calls.Load())
+	}
 }
