@@ -300,8 +300,15 @@ func TestPreflightConversionWebhookDropsAFieldOnTheWayBack(t *testing.T) {
 	f.WaitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
 	f.Populate()
 	for _, m := range suite.Env.Members[:3] {
+		crs := testenv.Member(t, m).Dynamic.Resource(testfixture.MySQLGVR).Namespace(f.CRNS)
 		patch := []byte(`{"spec":{"config":"max_connections=500"}}`)
-		if _, err := testenv.Member(t, m).Dynamic.Resource(testfixture.MySQLGVR).Namespace(f.CRNS).Patch(t.Context(), "db-00000", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		cr, err := crs.Patch(t.Context(), "db-00000", types.MergePatchType, patch, metav1.PatchOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// As its operator would: the new generation is reconciled (the health gate asks).
+		_ = unstructured.SetNestedField(cr.Object, cr.GetGeneration(), "status", "observedGeneration")
+		if _, err := crs.UpdateStatus(t.Context(), cr, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
