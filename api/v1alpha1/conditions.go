@@ -22,6 +22,9 @@ const (
 	// against each cluster's CRDs and custom resources (spec.preflight); the message lists the
 	// findings.
 	ConditionPreflight = "Preflight"
+	// ConditionPlanned (Rollout, spec.dryRun) says whether status.plan holds the plan of
+	// spec.release: True (Planned), False while it cannot be computed (PlanFailed).
+	ConditionPlanned = "Planned"
 	// ConditionRolledBack (Rollout) says changed clusters were returned to the previous release.
 	ConditionRolledBack = "RolledBack"
 
@@ -57,7 +60,11 @@ const (
 	ReasonPreflightFailed = "PreflightFailed"
 	// ReasonPreflightPassed (Rollout Preflight): no finding stops the release (any warnings,
 	// and errors of ignored checks or under mode Warn, are in the message).
-	ReasonPreflightPassed  = "PreflightPassed"
+	ReasonPreflightPassed = "PreflightPassed"
+	// ReasonPlanned (Rollout Planned): status.plan holds the plan of spec.release (dry run).
+	ReasonPlanned = "Planned"
+	// ReasonPlanFailed (Rollout Planned): the dry run's plan could not be computed.
+	ReasonPlanFailed       = "PlanFailed"
 	ReasonRetriesExhausted = "RetriesExhausted"
 	// ReasonStepFailed: a per-cluster step failed for good (see the message).
 	ReasonStepFailed = "StepFailed"

@@ -191,6 +191,12 @@ type RolloutSpec struct {
 	// any cluster changes (the checks of `rewind plan`). Unset: mode Enforce, nothing ignored.
 	// +optional
 	Preflight *Preflight `json:"preflight,omitempty"`
+	// dryRun plans a new spec.release instead of rolling it out: the controller computes, per
+	// cluster it would upgrade, what the release would do (the checks of `rewind plan`) and
+	// writes it to status.plan with a Planned condition; no target is written, no wave opens,
+	// nothing changes on any cluster. Set it back to false to roll the release out.
+	// +optional
+	DryRun bool `json:"dryRun,omitempty"`
 }
 
 // Preflight modes.
@@ -367,6 +373,85 @@ type RolloutStatus struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=20
 	History []Revision `json:"history,omitempty"`
+	// plan is what spec.release would do, per cluster, computed while spec.dryRun is true (the
+	// Planned condition says when and whether it could be); removed when dryRun is false.
+	// +optional
+	Plan *RolloutPlan `json:"plan,omitempty"`
+}
+
+// RolloutPlan is the plan of a dry run: per cluster, a compact summary of `rewind plan`.
+type RolloutPlan struct {
+	// release planned.
+	Release string `json:"release"`
+	// observedGeneration is the Rollout's generation the plan was computed for.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// plannedAt is when the plan was computed.
+	// +optional
+	PlannedAt *metav1.Time `json:"plannedAt,omitempty"`
+	// clusters are the clusters of the rollout's waves, in wave order (at most 100; omitted
+	// counts the rest).
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=100
+	Clusters []ClusterPlanSummary `json:"clusters,omitempty"`
+	// omitted counts the clusters planned but not listed.
+	// +optional
+	Omitted int32 `json:"omitted,omitempty"`
+}
+
+// ClusterPlanSummary is what a release would do to one cluster.
+type ClusterPlanSummary struct {
+	// cluster is the MemberCluster's name, wave the wave it is in.
+	Cluster string `json:"cluster"`
+	// +optional
+	Wave string `json:"wave,omitempty"`
+	// path the revision would take there (Upgrade, None, ...).
+	// +optional
+	Path string `json:"path,omitempty"`
+	// error says why the cluster could not be planned (then the counts are unset).
+	// +optional
+	Error string `json:"error,omitempty"`
+	// creates, updates and unchanged count the release's objects a server-side dry run of its
+	// apply would create, update or leave as they are (an upgrade deletes nothing).
+	// +optional
+	Creates int32 `json:"creates,omitempty"`
+	// +optional
+	Updates int32 `json:"updates,omitempty"`
+	// +optional
+	Unchanged int32 `json:"unchanged,omitempty"`
+	// crdFindings counts the findings of the CRD changes (upgrade safety).
+	// +optional
+	CRDFindings int32 `json:"crdFindings,omitempty"`
+	// refusedObjects counts the live custom resources the new schema refuses and the release's
+	// objects the dry run of the apply was refused for.
+	// +optional
+	RefusedObjects int32 `json:"refusedObjects,omitempty"`
+	// roundTripFindings counts the fields lost or changed on the way back, the objects refused
+	// on it and the conversions that could not be verified.
+	// +optional
+	RoundTripFindings int32 `json:"roundTripFindings,omitempty"`
+	// errors and warnings count the findings by severity.
+	// +optional
+	Errors int32 `json:"errors,omitempty"`
+	// +optional
+	Warnings int32 `json:"warnings,omitempty"`
+	// customResources and bytes are what the snapshot before the change would hold of the
+	// custom resources.
+	// +optional
+	CustomResources int32 `json:"customResources,omitempty"`
+	// +optional
+	Bytes int64 `json:"bytes,omitempty"`
+	// snapshotEstimate is the time the snapshot would take at the capture rate rewind measured
+	// on this cluster (its last snapshot's bytes and captureDuration), or "no measurement yet".
+	// +optional
+	SnapshotEstimate string `json:"snapshotEstimate,omitempty"`
+	// findings lists the first findings of error, then warning severity (at most 10; rewind
+	// plan shows them all).
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=10
+	Findings []string `json:"findings,omitempty"`
 }
 
 // TargetCounts counts RolloutTargets by phase.

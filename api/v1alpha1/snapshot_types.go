@@ -76,6 +76,11 @@ type SnapshotStatus struct {
 	// capturedAt is when the capture finished.
 	// +optional
 	CapturedAt *metav1.Time `json:"capturedAt,omitempty"`
+	// captureDuration is how long the capture took, from its first read of the member to the
+	// payload stored: with bytes, the capture rate rewind measured on this cluster, from which
+	// `rewind plan` estimates the time of the next snapshot.
+	// +optional
+	CaptureDuration *metav1.Duration `json:"captureDuration,omitempty"`
 	// store is the SnapshotStore (same namespace) that holds the payload; empty for a payload
 	// written to a store URL (location) directly.
 	// +optional

@@ -26,30 +26,9 @@ type ClusterPreflight struct {
 	// Cluster is the MemberCluster's name, Wave the rollout wave it is in.
 	Cluster string `json:"cluster"`
 	Wave    string `json:"wave"`
-	// Installed is the release the member's record names ("" when the operator is not installed).
-	Installed string `json:"installed,omitempty"`
 	// Error says why the cluster could not be planned (unreachable, unreadable).
 	Error string `json:"error,omitempty"`
-	preflight.ClusterPlan
-	// Changes is what a server-side dry run of the release's apply would create and update.
-	Changes []preflight.ObjectChange `json:"changes,omitempty"`
-}
-
-// refusedApplies are the release's objects the dry run was refused for, as findings.
-func (p ClusterPreflight) refusedApplies() []preflight.Finding {
-	var out []preflight.Finding
-	for _, c := range p.Changes {
-		if c.Refused != "" {
-			out = append(out, preflight.Finding{Check: preflight.CheckApplyRefused, Severity: preflight.SeverityError,
-				Object: c.Kind + " " + strings.TrimPrefix(c.Namespace+"/"+c.Name, "/"), Message: c.Refused})
-		}
-	}
-	return out
-}
-
-// Findings returns the plan's findings and the refused applies.
-func (p ClusterPreflight) Findings() []preflight.Finding {
-	return append(p.ClusterPlan.Findings(), p.refusedApplies()...)
+	preflight.MemberPlan
 }
 
 // planDefaultMaxObjects bounds the custom resources read per CRD and cluster.
@@ -75,9 +54,12 @@ against them, without changing anything:
   - the custom resources the release's schema refuses, by name and field (structural schema,
     list types and x-kubernetes-validations, checked with the API server's own libraries);
   - the round trip: each custom resource converted to the new storage version and back, with
-    every field that does not survive (a conversion webhook cannot be called from here: it is
+    every field that does not survive (a conversion webhook the release's CRD names by URL is
+    called, trusting its caBundle; one named by a Service, or one that cannot be reached, is
     reported as not verified, never as safe);
-  - the custom resources and bytes the snapshot before the change will hold;
+  - the custom resources and bytes the snapshot before the change will hold, and its time at
+    the capture rate rewind measured on the cluster (its last snapshot's status.bytes and
+    status.captureDuration; "no measurement yet" before the first);
   - the release's objects a server-side dry run of its apply (dryRun=All, as rewind applies:
     field manager rewind, forced) would create or update, with a diff of the changed fields
     (Secret values are never shown), and what validation, admission or webhooks refuse. The
@@ -226,10 +208,9 @@ func rolloutClusters(ro *v1alpha1.Rollout, members []v1alpha1.MemberCluster) ([]
 	return out, nil
 }
 
-// planCluster reads the member's CRDs of the release and their custom resources and plans the
-// release there.
+// planCluster plans the release on one member: its CRDs and custom resources, the dry run of
+// the apply, and the snapshot's time at the capture rate rewind last measured there.
 func planCluster(ctx context.Context, hub client.Client, mc *v1alpha1.MemberCluster, ro *v1alpha1.Rollout, objs []*unstructured.Unstructured, crds map[string]*apiextensionsv1.CustomResourceDefinition, maxObjects int, p *ClusterPreflight) error {
-	operator := ro.Spec.Operator
 	cfg, err := member.ConfigFor(ctx, hub, mc)
 	if err != nil {
 		return err
@@ -238,34 +219,21 @@ func planCluster(ctx context.Context, hub client.Client, mc *v1alpha1.MemberClus
 	if err != nil {
 		return err
 	}
-	rec, err := member.ReadRecord(ctx, cl.Client, operator)
+	m, err := preflight.LastMeasurement(ctx, hub, ro.Namespace, mc.Name, ro.Spec.Operator)
 	if err != nil {
-		return fmt.Errorf("reading the installed-version record of %s: %w", operator, err)
+		return hubError(err)
 	}
-	if rec != nil {
-		p.Installed = fmt.Sprintf("%s (%s)", rec.Release, rec.Version)
-	}
-	in, err := preflight.Read(ctx, cl, crds, maxObjects)
-	if err != nil {
-		return err
-	}
-	plan, err := preflight.PlanCluster(ctx, in)
-	if err != nil {
-		return err
-	}
-	p.ClusterPlan = plan
-	if p.Changes, err = preflight.DryRun(ctx, cl, objs, ro.Spec.InstallNamespace); err != nil {
-		return fmt.Errorf("dry run of the release's apply: %w", err)
-	}
-	return nil
+	p.MemberPlan, err = preflight.PlanMember(ctx, cl, preflight.MemberOptions{Operator: ro.Spec.Operator, Objects: objs, CRDs: crds,
+		Namespace: ro.Spec.InstallNamespace, MaxObjects: maxObjects, Measurement: m})
+	return err
 }
 
 func printPlan(w io.Writer, plans []ClusterPreflight) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CLUSTER\tWAVE\tINSTALLED\tCUSTOM RESOURCES\tBYTES\tERRORS\tWARNINGS")
+	fmt.Fprintln(tw, "CLUSTER\tWAVE\tINSTALLED\tCUSTOM RESOURCES\tBYTES\tSNAPSHOT\tERRORS\tWARNINGS")
 	for _, p := range plans {
 		if p.Error != "" {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\n", p.Cluster, p.Wave, dash(p.Installed))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\n", p.Cluster, p.Wave, dash(p.Installed))
 			continue
 		}
 		errs, warns := 0, 0
@@ -277,7 +245,8 @@ func printPlan(w io.Writer, plans []ClusterPreflight) {
 				warns++
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\n", p.Cluster, p.Wave, dash(p.Installed), p.Objects, kib(p.Bytes), errs, warns)
+		took := p.Snapshot.Short()
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%d\t%d\n", p.Cluster, p.Wave, dash(p.Installed), p.Objects, kib(p.Bytes), took, errs, warns)
 	}
 	_ = tw.Flush()
 	for _, p := range plans {
@@ -309,6 +278,7 @@ func printPlan(w io.Writer, plans []ClusterPreflight) {
 			_ = ftw.Flush()
 		}
 		printChanges(w, p.Changes)
+		fmt.Fprintf(w, "  snapshot: %s, %s; capture time %s\n", plural(p.Objects, "custom resource"), kib(p.Bytes), p.Snapshot)
 	}
 }
 

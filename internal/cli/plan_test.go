@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -135,6 +136,18 @@ func TestPlanNamesRefusedObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A snapshot rewind takes of member1 measures its capture rate; member2 has none.
+	if out, err := run(ctx, append([]string{"snapshot", "take", "--cluster", env.Members[0].Name, "--operator", "planned", "--name", "measured"}, hubArgs(ns)...)...); err != nil {
+		t.Fatalf("snapshot take: %v\n%s", err, out)
+	}
+	measured := &v1alpha1.Snapshot{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "measured"}, measured); err != nil {
+		t.Fatal(err)
+	}
+	if measured.Status.CaptureDuration == nil || measured.Status.Bytes == 0 {
+		t.Fatalf("the snapshot records no capture rate: %+v", measured.Status)
+	}
+
 	out, err := run(ctx, append([]string{"plan", "planned", "--release", "planned-v2", "-o", "json"}, hubArgs(ns)...)...)
 	if err == nil || !strings.Contains(err.Error(), "findings of error severity") {
 		t.Fatalf("plan of a release that refuses live objects must fail naming the findings, got %v\n%s", err, out)
@@ -168,6 +181,19 @@ func TestPlanNamesRefusedObjects(t *testing.T) {
 		if want := len(live[p.Cluster]); p.Objects != want || p.Bytes == 0 {
 			t.Errorf("%s: the snapshot would hold %d custom resources (%d bytes), want %d", p.Cluster, p.Objects, p.Bytes, want)
 		}
+		// The estimate comes from the rate rewind measured: member1's snapshot; none on member2.
+		switch est := p.Snapshot; i {
+		case 0:
+			rate := float64(measured.Status.Bytes) / measured.Status.CaptureDuration.Seconds()
+			want := time.Duration(float64(p.Bytes) / rate * float64(time.Second))
+			if est.Measured == nil || est.Measured.Snapshot != "measured" || est.Bytes != p.Bytes || est.Duration != want {
+				t.Errorf("%s: snapshot estimate %+v, want %v from snapshot measured (%d bytes in %v)", p.Cluster, est, want, measured.Status.Bytes, measured.Status.CaptureDuration.Duration)
+			}
+		case 1:
+			if est.Measured != nil || est.Duration != 0 {
+				t.Errorf("%s: no snapshot measured a rate there, yet the estimate is %+v", p.Cluster, est)
+			}
+		}
 		// member1's slow Gizmo is refused, so the narrowed enum is an error there; member2's
 		// only Gizmo is fast: the enum change breaks none of its objects, a warning.
 		var refused []string
@@ -193,7 +219,8 @@ func TestPlanNamesRefusedObjects(t *testing.T) {
 	out, _ = run(ctx, append([]string{"plan", "planned", "--release", "planned-v2"}, hubArgs(ns)...)...)
 	t.Logf("rewind plan planned --release planned-v2:\n%s", out)
 	for _, s := range []string{"CLUSTER", "canary", "CRD gizmos.plan.example.com: Update (storage v1 -> v1), 2 custom resources", "ObjectRefused", "plan-a/slow .spec.mode", `Unsupported value: "slow"`,
-		"apply (dry run): 0 to create, 2 to update, 1 unchanged", "Update Secret planned-system/planned-db", "~ .data.password: (redacted) -> (redacted)"} {
+		"apply (dry run): 0 to create, 2 to update, 1 unchanged", "Update Secret planned-system/planned-db", "~ .data.password: (redacted) -> (redacted)",
+		"SNAPSHOT", "capture time about ", "(snapshot measured: ", "no measurement yet"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("the plan table does not show %q:\n%s", s, out)
 		}

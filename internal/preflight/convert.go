@@ -3,11 +3,16 @@ package preflight
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
+	"sync"
+	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -133,4 +138,93 @@ func (w WebhookClient) Convert(ctx context.Context, crd *apiextensionsv1.CustomR
 		return nil, &WebhookError{URL: w.URL, Reason: fmt.Sprintf("converted to %s, not %s", out.GetAPIVersion(), review.Request.DesiredAPIVersion)}
 	}
 	return out.Object, nil
+}
+
+// ClientConfigWebhook calls the conversion webhook a CRD's spec.conversion.webhook.clientConfig
+// names by URL, over TLS that trusts the clientConfig's caBundle (the system's roots when it
+// has none), as the API server would. A webhook named by a Service lives in the member's
+// network and is not called from outside it; a webhook that cannot be reached, or that speaks
+// no ConversionReview v1: ErrConversionNotVerified, reported as not verified, never as safe.
+type ClientConfigWebhook struct {
+	// Timeout bounds one call (default 10s, the API server's default for conversion webhooks).
+	Timeout time.Duration
+
+	mu      sync.Mutex
+	clients map[string]*http.Client
+	// down holds, by URL, why a webhook could not be called: it is not called again (one
+	// timeout per webhook, not one per object).
+	down map[string]error
+}
+
+// Convert implements Converter.
+func (w *ClientConfigWebhook) Convert(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition, obj map[string]any, toVersion string) (map[string]any, error) {
+	conv := crd.Spec.Conversion
+	if conv == nil || conv.Webhook == nil || conv.Webhook.ClientConfig == nil {
+		return nil, fmt.Errorf("%w: CRD %s names no webhook clientConfig", ErrConversionNotVerified, crd.Name)
+	}
+	cc := conv.Webhook.ClientConfig
+	if cc.URL == nil {
+		where := ""
+		if cc.Service != nil {
+			where = fmt.Sprintf(" (Service %s/%s)", cc.Service.Namespace, cc.Service.Name)
+		}
+		return nil, fmt.Errorf("%w: CRD %s's webhook is a Service of the member%s, not reachable from here", ErrConversionNotVerified, crd.Name, where)
+	}
+	if !slices.Contains(conv.Webhook.ConversionReviewVersions, "v1") {
+		return nil, fmt.Errorf("%w: CRD %s's webhook speaks ConversionReview %v, not v1", ErrConversionNotVerified, crd.Name, conv.Webhook.ConversionReviewVersions)
+	}
+	hc, err := w.client(cc.CABundle)
+	if err != nil {
+		return nil, fmt.Errorf("%w: CRD %s: %v", ErrConversionNotVerified, crd.Name, err)
+	}
+	w.mu.Lock()
+	down := w.down[*cc.URL]
+	w.mu.Unlock()
+	if down != nil {
+		return nil, down
+	}
+	out, err := WebhookClient{URL: *cc.URL, Client: hc}.Convert(ctx, crd, obj, toVersion)
+	var werr *WebhookError
+	switch {
+	case err == nil, errors.As(err, &werr), ctx.Err() != nil:
+		// Converted, or the webhook answered and refused (a finding); a context that ended
+		// ends the plan.
+		return out, err
+	}
+	// Not reached, refused the connection or the TLS handshake, timed out: not verified.
+	err = fmt.Errorf("%w: %v", ErrConversionNotVerified, err)
+	w.mu.Lock()
+	if w.down == nil {
+		w.down = map[string]error{}
+	}
+	w.down[*cc.URL] = err
+	w.mu.Unlock()
+	return nil, err
+}
+
+// client returns the HTTP client that trusts caBundle, one per bundle.
+func (w *ClientConfigWebhook) client(caBundle []byte) (*http.Client, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if c, ok := w.clients[string(caBundle)]; ok {
+		return c, nil
+	}
+	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
+	if len(caBundle) > 0 {
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(caBundle) {
+			return nil, errors.New("the webhook's caBundle holds no PEM certificate")
+		}
+		tlsConfig.RootCAs = pool
+	}
+	timeout := w.Timeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	c := &http.Client{Timeout: timeout, Transport: &http.Transport{TLSClientConfig: tlsConfig, Proxy: nil}}
+	if w.clients == nil {
+		w.clients = map[string]*http.Client{}
+	}
+	w.clients[string(caBundle)] = c
+	return c, nil
 }

@@ -190,6 +190,7 @@ func (h *Hub) Take(ctx context.Context, cl *member.Cluster, r Request) (*v1alpha
 	defer stopCapture()
 	captureFailed := make(chan struct{})
 	done := make(chan outcome, 1)
+	started := time.Now()
 	go func() {
 		var out outcome
 		out.w, out.err = payload.NewWriter(captureCtx, pw, kek)
@@ -224,17 +225,19 @@ func (h *Hub) Take(ctx context.Context, cl *member.Cluster, r Request) (*v1alpha
 		return nil, &StoreError{Store: r.StoreURL, Err: fmt.Errorf("storing snapshot %s: %w", r.Name, putErr)}
 	}
 	now := metav1.NewTime(out.res.CapturedAt)
+	took := &metav1.Duration{Duration: time.Since(started)}
 	snap.Status = v1alpha1.SnapshotStatus{
-		Conditions:    snap.Status.Conditions,
-		Location:      r.StoreURL + "#" + r.Name,
-		Checksum:      out.w.Checksum(),
-		Counts:        v1alpha1.ObjectCounts{CRDs: int32(out.res.Counts.CRDs), CustomResources: int32(out.res.Counts.CustomResources), Associated: int32(out.res.Counts.Associated)},
-		Bytes:         out.w.PlaintextBytes(),
-		StoredBytes:   stored,
-		ClusterID:     out.res.Header.ClusterID,
-		ServerVersion: out.res.ServerVersion,
-		CapturedAt:    &now,
-		KeyID:         kek.ID(),
+		Conditions:      snap.Status.Conditions,
+		Location:        r.StoreURL + "#" + r.Name,
+		Checksum:        out.w.Checksum(),
+		Counts:          v1alpha1.ObjectCounts{CRDs: int32(out.res.Counts.CRDs), CustomResources: int32(out.res.Counts.CustomResources), Associated: int32(out.res.Counts.Associated)},
+		Bytes:           out.w.PlaintextBytes(),
+		StoredBytes:     stored,
+		ClusterID:       out.res.Header.ClusterID,
+		ServerVersion:   out.res.ServerVersion,
+		CapturedAt:      &now,
+		CaptureDuration: took,
+		KeyID:           kek.ID(),
 	}
 	if r.Store != nil {
 		snap.Status.Store = r.Store.Name

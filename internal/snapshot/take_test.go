@@ -12,6 +12,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -48,7 +49,17 @@ func TestTakeStoresEncryptedVerifiedPayload(t *testing.T) {
 	c := hubClient(t)
 	ns := testenv.Namespace(t, env.Hub.RESTConfig())
 	hub := &snapshot.Hub{Client: c}
+	before := time.Now()
 	snap := take(t, hub, ns, "first", -1)
+	took := time.Since(before)
+	// The capture's duration is recorded (the rate rewind plan estimates from), and stored.
+	recorded := &v1alpha1.Snapshot{}
+	if err := c.Get(t.Context(), client.ObjectKeyFromObject(snap), recorded); err != nil {
+		t.Fatal(err)
+	}
+	if d := recorded.Status.CaptureDuration; d == nil || d.Duration <= 0 || d.Duration > took {
+		t.Fatalf("status.captureDuration %v: want more than 0 and at most the %v Take took", d, took)
+	}
 	if snap.Status.Counts.CustomResources != 200 || snap.Status.Counts.Associated != 800 || snap.Status.Counts.CRDs != 1 {
 		t.Fatalf("counts %+v", snap.Status.Counts)
 	}

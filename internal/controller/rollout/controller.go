@@ -185,8 +185,17 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 	}
 	s.handleRequests()
 
+	if ro.Spec.DryRun {
+		// spec.release is planned, not rolled out: nothing changes on any cluster. A revision
+		// already under way goes on below.
+		if err := r.dryRun(ctx, s); err != nil {
+			return ctrl.Result{}, err
+		}
+	} else {
+		clearPlan(ro)
+	}
 	switch {
-	case ro.Status.CurrentRelease != ro.Spec.Release && ro.Status.FailedRelease != ro.Spec.Release:
+	case !ro.Spec.DryRun && ro.Status.CurrentRelease != ro.Spec.Release && ro.Status.FailedRelease != ro.Spec.Release:
 		// A new release was asked for (or a retry of one that failed).
 		if err := r.startRevision(ctx, s, ro.Spec.Release, ""); err != nil {
 			return ctrl.Result{}, err

@@ -156,6 +156,7 @@ func (r *Reconciler) preflightCluster(ctx context.Context, name string, crds map
 	if err != nil {
 		return nil, err
 	}
+	in.Conversion = preflight.Conversion{Webhook: &preflight.ClientConfigWebhook{}}
 	plan, err := preflight.PlanCluster(ctx, in)
 	if err != nil {
 		return nil, err

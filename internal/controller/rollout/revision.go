@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -35,66 +36,10 @@ const historyLimit = 20
 // automatic is the reason when the failure policy rolls back (spec.release is left as it is).
 func (r *Reconciler) startRevision(ctx context.Context, s *scope, rel, automatic string) error {
 	ro := s.ro
-	relObj, relObjs, err := r.Releases.Load(ctx, r.Hub, ro.Namespace, rel)
-	if err != nil {
-		var notReady *release.NotReadyError
-		switch {
-		case apierrors.IsNotFound(err):
-			field := "spec.release"
-			if rel != ro.Spec.Release {
-				field = "status.previousRelease" // the release an automatic rollback returns to
-			}
-			return stallf(v1alpha1.ReasonReleaseNotFound, "%s: release %q does not exist in namespace %s: create it (rewind release create %s -n %s ...) or name another (list them with: kubectl get operatorreleases -n %s)",
-				field, rel, ro.Namespace, rel, ro.Namespace, ro.Namespace)
-		case errors.As(err, &notReady) && notReady.Stalled:
-			// The release's controller could not fetch, verify or render it (it retries what
-			// can clear up by itself); the release's Ready condition says what to fix.
-			return stallf(v1alpha1.ReasonReleaseNotReady, "%v", err)
-		case errors.As(err, &notReady):
-			// Being fetched and stored: wait, nothing changes; its status change wakes us.
-			return waitf(v1alpha1.ReasonReleaseNotReady, "%v", err)
-		case apierrors.IsForbidden(err):
-			return stallf(v1alpha1.ReasonForbidden, "%v: the controller may not read releases in namespace %s; enable it with: rewind namespace enable %s", err, ro.Namespace, ro.Namespace)
-		}
-		return err // transient: retried with backoff
-	}
-	if _, err := health.CompileCEL(ro.Spec.HealthGates.CEL); err != nil {
-		return stallf(v1alpha1.ReasonInvalidSpec, "%v", err)
-	}
-	if _, err := analysis.Compile(ro.Spec.HealthGates.Metrics); err != nil {
-		return stallf(v1alpha1.ReasonInvalidSpec, "%v", err)
-	}
-	clusters, err := r.resolve(ctx, ro)
+	relObjs, plans, revision, err := r.prepareRevision(ctx, s, rel)
 	if err != nil {
 		return err
 	}
-	manifests, err := r.clusterManifests(ctx, ro, relObj, clusters)
-	if err != nil {
-		return err
-	}
-	snaps, err := r.snapshots(ctx, ro)
-	if err != nil {
-		return err
-	}
-	// Planned from the targets on the API server, not in the cache: a target whose spec of the
-	// revision before has not reached the cache would be planned from an older one (a cluster
-	// changed a moment ago taken for one left as it was, and not rolled back), and one not
-	// in the cache yet would be created again.
-	if err := s.loadTargets(ctx, r.Live); err != nil {
-		return err
-	}
-	revision := ro.Status.Revision + 1
-	prev := map[string]Previous{}
-	for name, t := range s.targets {
-		if t.Spec.Revision == revision {
-			continue // planned already (a start the controller did not finish)
-		}
-		prev[name] = Previous{Path: t.Spec.Path, Phase: phaseOf(t), Step: t.Status.Step,
-			FromRelease: t.Spec.FromRelease, ToRelease: t.Spec.ToRelease, FromManifests: t.Spec.FromManifests, Manifests: t.Spec.Manifests,
-			Snapshot: snapshotOf(t)}
-	}
-	plans := Plan(PlanInput{Rollout: ro.Name, Revision: revision, Release: rel, PrevRelease: ro.Status.CurrentRelease,
-		Clusters: clusters, Previous: prev, Snapshots: snaps, Manifests: manifests})
 	// A new release is checked against every cluster it upgrades before any changes; the way
 	// back (an automatic rollback, a person's, a restore) never is: it restores snapshots.
 	if automatic == "" && !IsRollback(plans) {
@@ -150,6 +95,74 @@ func (r *Reconciler) startRevision(ctx context.Context, s *scope, rel, automatic
 	}
 	s.event("Normal", "RevisionStarted", "rolling out %s (revision %d, from %s)", rel, revision, dash(ro.Status.PreviousRelease))
 	return nil
+}
+
+// prepareRevision checks what can be checked without a member (the release loads, the CEL
+// checks and metrics compile, the waves resolve) and plans each cluster's path for the next
+// revision of rel: the release's objects, the plans and the revision's number.
+func (r *Reconciler) prepareRevision(ctx context.Context, s *scope, rel string) ([]*unstructured.Unstructured, []TargetPlan, int32, error) {
+	ro := s.ro
+	relObj, relObjs, err := r.Releases.Load(ctx, r.Hub, ro.Namespace, rel)
+	if err != nil {
+		var notReady *release.NotReadyError
+		switch {
+		case apierrors.IsNotFound(err):
+			field := "spec.release"
+			if rel != ro.Spec.Release {
+				field = "status.previousRelease" // the release an automatic rollback returns to
+			}
+			return nil, nil, 0, stallf(v1alpha1.ReasonReleaseNotFound, "%s: release %q does not exist in namespace %s: create it (rewind release create %s -n %s ...) or name another (list them with: kubectl get operatorreleases -n %s)",
+				field, rel, ro.Namespace, rel, ro.Namespace, ro.Namespace)
+		case errors.As(err, &notReady) && notReady.Stalled:
+			// The release's controller could not fetch, verify or render it (it retries what
+			// can clear up by itself); the release's Ready condition says what to fix.
+			return nil, nil, 0, stallf(v1alpha1.ReasonReleaseNotReady, "%v", err)
+		case errors.As(err, &notReady):
+			// Being fetched and stored: wait, nothing changes; its status change wakes us.
+			return nil, nil, 0, waitf(v1alpha1.ReasonReleaseNotReady, "%v", err)
+		case apierrors.IsForbidden(err):
+			return nil, nil, 0, stallf(v1alpha1.ReasonForbidden, "%v: the controller may not read releases in namespace %s; enable it with: rewind namespace enable %s", err, ro.Namespace, ro.Namespace)
+		}
+		return nil, nil, 0, err // transient: retried with backoff
+	}
+	if _, err := health.CompileCEL(ro.Spec.HealthGates.CEL); err != nil {
+		return nil, nil, 0, stallf(v1alpha1.ReasonInvalidSpec, "%v", err)
+	}
+	if _, err := analysis.Compile(ro.Spec.HealthGates.Metrics); err != nil {
+		return nil, nil, 0, stallf(v1alpha1.ReasonInvalidSpec, "%v", err)
+	}
+	clusters, err := r.resolve(ctx, ro)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	manifests, err := r.clusterManifests(ctx, ro, relObj, clusters)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	snaps, err := r.snapshots(ctx, ro)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	// Planned from the targets on the API server, not in the cache: a target whose spec of the
+	// revision before has not reached the cache would be planned from an older one (a cluster
+	// changed a moment ago taken for one left as it was, and not rolled back), and one not
+	// in the cache yet would be created again.
+	if err := s.loadTargets(ctx, r.Live); err != nil {
+		return nil, nil, 0, err
+	}
+	revision := ro.Status.Revision + 1
+	prev := map[string]Previous{}
+	for name, t := range s.targets {
+		if t.Spec.Revision == revision {
+			continue // planned already (a start the controller did not finish)
+		}
+		prev[name] = Previous{Path: t.Spec.Path, Phase: phaseOf(t), Step: t.Status.Step,
+			FromRelease: t.Spec.FromRelease, ToRelease: t.Spec.ToRelease, FromManifests: t.Spec.FromManifests, Manifests: t.Spec.Manifests,
+			Snapshot: snapshotOf(t)}
+	}
+	plans := Plan(PlanInput{Rollout: ro.Name, Revision: revision, Release: rel, PrevRelease: ro.Status.CurrentRelease,
+		Clusters: clusters, Previous: prev, Snapshots: snaps, Manifests: manifests})
+	return relObjs, plans, revision, nil
 }
 
 // snapshotOf is the snapshot a target took or restored.

@@ -1,0 +1,88 @@
+package preflight
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/rewind-dev/rewind/internal/member"
+)
+
+// MemberOptions say what to plan on a member.
+type MemberOptions struct {
+	// Operator is the operator released (its installed-version record is read).
+	Operator string
+	// Objects are the release's rendered manifests, CRDs its CRDs (CRDs(Objects)).
+	Objects []*unstructured.Unstructured
+	CRDs    map[string]*apiextensionsv1.CustomResourceDefinition
+	// Namespace is the install namespace of objects without one.
+	Namespace string
+	// MaxObjects bounds the custom resources read per CRD.
+	MaxObjects int
+	// Conversion converts between a CRD's versions (nil: the release's webhooks are called
+	// where their clientConfig names a URL, ClientConfigWebhook).
+	Conversion Converter
+	// Measurement is the capture rate last measured on the member (nil: none yet).
+	Measurement *Measurement
+}
+
+// MemberPlan is the plan of a release on one member: what `rewind plan` prints per cluster.
+type MemberPlan struct {
+	// Installed is the release the member's record names ("" when the operator is not installed).
+	Installed string `json:"installed,omitempty"`
+	ClusterPlan
+	// Changes is what a server-side dry run of the release's apply would create and update.
+	Changes []ObjectChange `json:"changes,omitempty"`
+	// Snapshot estimates the capture of the custom resources (Objects, Bytes) at the rate
+	// rewind measured on the member.
+	Snapshot Estimate `json:"snapshot"`
+}
+
+// RefusedApplies are the release's objects the dry run was refused for, as findings.
+func (p MemberPlan) RefusedApplies() []Finding {
+	var out []Finding
+	for _, c := range p.Changes {
+		if c.Refused != "" {
+			out = append(out, Finding{Check: CheckApplyRefused, Severity: SeverityError,
+				Object: c.Kind + " " + strings.TrimPrefix(c.Namespace+"/"+c.Name, "/"), Message: c.Refused})
+		}
+	}
+	return out
+}
+
+// Findings returns the plan's findings and the refused applies.
+func (p MemberPlan) Findings() []Finding {
+	return append(p.ClusterPlan.Findings(), p.RefusedApplies()...)
+}
+
+// PlanMember reads the member's installed-version record, CRDs and custom resources, plans the
+// release there and dry-runs its apply (dryRun=All): nothing on the member changes.
+func PlanMember(ctx context.Context, cl *member.Cluster, o MemberOptions) (MemberPlan, error) {
+	var p MemberPlan
+	rec, err := member.ReadRecord(ctx, cl.Client, o.Operator)
+	if err != nil {
+		return p, fmt.Errorf("reading the installed-version record of %s: %w", o.Operator, err)
+	}
+	if rec != nil {
+		p.Installed = fmt.Sprintf("%s (%s)", rec.Release, rec.Version)
+	}
+	in, err := Read(ctx, cl, o.CRDs, o.MaxObjects)
+	if err != nil {
+		return p, err
+	}
+	in.Conversion = o.Conversion
+	if in.Conversion == nil {
+		in.Conversion = Conversion{Webhook: &ClientConfigWebhook{}}
+	}
+	if p.ClusterPlan, err = PlanCluster(ctx, in); err != nil {
+		return p, err
+	}
+	if p.Changes, err = DryRun(ctx, cl, o.Objects, o.Namespace); err != nil {
+		return p, fmt.Errorf("dry run of the release's apply: %w", err)
+	}
+	p.Snapshot = EstimateCapture(p.Bytes, o.Measurement)
+	return p, nil
+}
