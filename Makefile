@@ -152,7 +152,7 @@ $(TOOLS_DIR)/crd-ref-docs-%:
 	cd hack/tools && $(GO) build -o $@.tmp.$$$$ github.com/elastic/crd-ref-docs && mv -f $@.tmp.$$$$ $@
 
 .PHONY: test-unit
-test-unit: ## Run only the tests that need no testbed (build tag unit): pure logic, no binaries, well under a minute once compiled.
+test-unit: promtool ## Run only the tests that need no testbed (build tag unit): pure logic, no testbed binaries (promtool checks config/prometheus), well under a minute once compiled.
 	$(GO) test -tags unit $(TEST_FLAGS) ./...
 
 .PHONY: demo

@@ -265,7 +265,7 @@ func (r *Reconciler) runStep(ctx context.Context, x *execution) (time.Duration, 
 	switch {
 	case apierrors.IsForbidden(err):
 		// Retrying does not grant a permission: say which one is missing, at once.
-		return 0, terminalf("%v (the controller's identity lacks this permission on the hub or on member %s: see README, Permissions)", err, x.t.Spec.Cluster)
+		return 0, terminalf("%v (the controller's identity lacks this permission on the hub or on member %s: see docs/install.md#permissions)", err, x.t.Spec.Cluster)
 	}
 	return wait, err
 }
