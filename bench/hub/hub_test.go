@@ -189,7 +189,12 @@ func BenchmarkHub(b *testing.B) {
 		b.Fatal(err)
 	}
 	waitPhase(b, admin, ns, "mysql-a", v1alpha1.RolloutSucceeded, 30*time.Minute)
-	fmt.Printf("first install of mysql-a on %d members: %s\n", members, time.Since(start).Round(time.Second))
+	fmt.Printf("first install of mysql-a on %d members: %s in all;", members, time.Since(start).Round(time.Second))
+	for i, n := range sizes {
+		open, done := w.window(selectWave(names, waveOf, i+1), currentRevision(b, admin, ns), target.Terminal)
+		fmt.Printf(" wave of %d: %.1f s;", n, done.Sub(open).Seconds())
+	}
+	fmt.Printf(" load average %s\n", loadavg())
 	<-time.After(5 * time.Second) // a few idle seconds: the background of heartbeats and checks
 	idleFrom, idleCPU := time.Now(), cpuTimes(p)
 	<-time.After(10 * time.Second)
@@ -223,6 +228,18 @@ func BenchmarkHub(b *testing.B) {
 		upWaves = append(upWaves, waveResult{n: n, span: done.Sub(open), over: done.Sub(open) - d.upgrade()})
 	}
 
+	fmt.Printf("\nload average after the upgrade: %s; controller peak RSS during it %.0f MiB, hub API requests by the controller %.1f per cluster\n",
+		loadavg(), float64(rssA)/(1<<20), reqUp/float64(members))
+	fmt.Printf("(a) upgrade mysql-a -> mysql-b, %s in all (simulated agent time per cluster: %s)\n", upWall.Round(100*time.Millisecond), d.upgrade())
+	for i, r := range upWaves {
+		goal := ""
+		if i == 2 {
+			goal = " (goal for the 900-cluster wave: <= 30 s)"
+		}
+		fmt.Printf("    wave of %4d clusters: %6.1f s from its opening to all its targets done on the hub; beyond the agents' own %.1f s: %6.1f s%s\n",
+			r.n, r.span.Seconds(), d.upgrade().Seconds(), r.over.Seconds(), goal)
+	}
+
 	// (b) mysql-c: the last member of the last wave fails its health gate; RollbackAll.
 	ag.mu.Lock()
 	ag.failRelease, ag.failCluster = "mysql-c", names[len(names)-1]
@@ -252,16 +269,6 @@ func BenchmarkHub(b *testing.B) {
 	}
 	_, allRestored := w.window(restoreClusters, revBack, func(p string) bool { return p == v1alpha1.ClusterRolledBack })
 
-	fmt.Printf("\nload average after the run: %s\n", loadavg())
-	fmt.Printf("(a) upgrade mysql-a -> mysql-b, %s in all (simulated agent time per cluster: %s)\n", upWall.Round(100*time.Millisecond), d.upgrade())
-	for i, r := range upWaves {
-		goal := ""
-		if i == 2 {
-			goal = " (goal for the 900-cluster wave: <= 30 s)"
-		}
-		fmt.Printf("    wave of %4d clusters: %6.1f s from its opening to all its targets done on the hub; beyond the agents' own %.1f s: %6.1f s%s\n",
-			r.n, r.span.Seconds(), d.upgrade().Seconds(), r.over.Seconds(), goal)
-	}
 	fmt.Printf("(b) RollbackAll of %d clusters after %s failed its gate in mysql-c (simulated restore path per cluster: %s)\n", len(told), ag.failCluster, d.restorePath())
 	if failedAt.IsZero() || len(told) == 0 {
 		b.Fatalf("no failed gate or no restore seen (failed at %v, %d told)", failedAt, len(told))
@@ -269,6 +276,7 @@ func BenchmarkHub(b *testing.B) {
 	fmt.Printf("    from the failed gate to every cluster's copy told to restore: %6.1f s (goal <= 10 s)\n", lastTold.Sub(failedAt).Seconds())
 	fmt.Printf("    from the failed gate to all %d restored on the hub:          %6.1f s (goal <= 60 s; the agents' own restore path: %.1f s)\n",
 		len(restoreClusters), allRestored.Sub(failedAt).Seconds(), d.restorePath().Seconds())
+	fmt.Printf("    load average after the rollback: %s\n", loadavg())
 	fmt.Printf("(c) controller peak RSS: %.0f MiB during (a), %.0f MiB during (b) (goal <= 500 MiB)\n", float64(rssA)/(1<<20), float64(rssB)/(1<<20))
 	n := float64(members)
 	fmt.Printf("    hub API requests by the controller per cluster: %.1f for (a), %.1f for (b) (%.0f and %.0f in all)\n", reqUp/n, reqBack/n, reqUp, reqBack)
