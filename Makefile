@@ -167,6 +167,10 @@ clean: ## Remove built binaries (not the testbed binary cache).
 bench-fleet: testbed-bins ## The fleet benchmark: 20 members at 50 ms round trip, a canary and a fleet wave, RollbackAll, controller RSS, hub requests, and (e) the chaos run: the same upgrade and RollbackAll with every member connection reset every 10 s, against runs without faults (about 8 minutes on a quiet machine once the testbed binaries are built; REWIND_FLEET_CHAOS=off skips (e); REWIND_FLEET_MEMBERS=N and REWIND_FLEET_CRS=N change the fleet and the MySQLClusters per member). Writes bench/results-fleet.txt.
 	$(GO) test ./bench/fleet/ -run '^$$' -bench . -benchtime 1x -timeout 90m | tee bench/results-fleet.txt
 
+.PHONY: bench-hub
+bench-hub: testbed-bins ## The hub benchmark: the real hub (kube-apiserver, etcd, the controller as its own process) and 1,000 simulated pull members whose agents one process stands in for: an upgrade in waves of 1, 99 and 900, a RollbackAll of every cluster, controller RSS, hub requests and API server CPU beside issue 23's goals (REWIND_HUB_MEMBERS=N changes the fleet; see docs/benchmarks.md). Writes bench/results-hub.txt.
+	$(GO) test ./bench/hub/ -run '^$$' -bench . -benchtime 1x -timeout 90m | tee bench/results-hub.txt
+
 .PHONY: bench
 bench: testbed-bins store-bins ## Run the benchmarks on the real testbed; each prints its figure next to a baseline from the same run.
 	$(GO) test ./bench/ -run '^$$' -bench . -benchtime 1x -timeout 60m
