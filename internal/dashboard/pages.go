@@ -50,7 +50,7 @@ func loadPages() (*pages, error) {
 		return nil, err
 	}
 	p := &pages{byName: map[string]*template.Template{}, frags: base}
-	for _, name := range []string{"list", "rollout", "members", "snapshot", "notfound"} {
+	for _, name := range []string{"list", "rollout", "members", "snapshot", "notfound", "login", "denied"} {
 		t, err := template.Must(base.Clone()).ParseFS(assets, "assets/templates/"+name+".html")
 		if err != nil {
 			return nil, err
@@ -72,17 +72,23 @@ func (p *pages) fragment(name string, data any) string {
 // pageData is what every page gets.
 type pageData struct {
 	Title, Namespace, Stream, Token string
+	// User is who signed in (only when the dashboard authenticates).
+	User                            string
 	HubOK                           bool
 	HubMessage                      string
 	Actions                         bool
 	Data                            any
 }
 
-func (s *Server) render(w http.ResponseWriter, status int, page, title, stream string, data any) {
+func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, page, title, stream string, data any) {
 	ok, msg := s.hubState()
 	pd := pageData{Title: title, Namespace: s.opts.Namespace, Stream: stream, HubOK: ok, HubMessage: msg, Actions: s.opts.Actions != nil, Data: data}
+	sess := sessionFrom(r.Context())
+	if sess != nil {
+		pd.User = sess.User.Username
+	}
 	if pd.Actions {
-		pd.Token = s.token
+		pd.Token = s.actionToken(r)
 	}
 	var b bytes.Buffer
 	if err := s.pages.byName[page].ExecuteTemplate(&b, "layout", pd); err != nil {
@@ -95,8 +101,8 @@ func (s *Server) render(w http.ResponseWriter, status int, page, title, stream s
 	_, _ = w.Write(b.Bytes())
 }
 
-func (s *Server) notFound(w http.ResponseWriter, kind, name, hint string) {
-	s.render(w, http.StatusNotFound, "notfound", kind+" not found", "", map[string]string{"Kind": kind, "Name": name, "Hint": hint})
+func (s *Server) notFound(w http.ResponseWriter, r *http.Request, kind, name, hint string) {
+	s.render(w, r, http.StatusNotFound, "notfound", kind+" not found", "", map[string]string{"Kind": kind, "Name": name, "Hint": hint})
 }
 
 func (s *Server) listPage(w http.ResponseWriter, r *http.Request) {
@@ -110,7 +116,7 @@ func (s *Server) listPage(w http.ResponseWriter, r *http.Request) {
 	for i := range list.Items {
 		rows = append(rows, rolloutRow(&list.Items[i]))
 	}
-	s.render(w, http.StatusOK, "list", "Rollouts", "/events", rows)
+	s.render(w, r, http.StatusOK, "list", "Rollouts", "/events", rows)
 }
 
 // rolloutData is a Rollout page.
@@ -126,7 +132,7 @@ func (s *Server) rolloutPage(w http.ResponseWriter, r *http.Request) {
 	ro := &v1alpha1.Rollout{}
 	if err := s.cache.Get(r.Context(), client.ObjectKey{Namespace: s.opts.Namespace, Name: name}, ro); err != nil {
 		if apierrors.IsNotFound(err) {
-			s.notFound(w, "Rollout", name, "")
+			s.notFound(w, r, "Rollout", name, "")
 			return
 		}
 		http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -138,7 +144,7 @@ func (s *Server) rolloutPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := rolloutData{Head: s.rolloutHead(ro), Waves: grid(ro, list.Items), History: historyView(ro), Total: len(list.Items)}
-	s.render(w, http.StatusOK, "rollout", "Rollout "+ro.Name, "/events?rollout="+url.QueryEscape(ro.Name), d)
+	s.render(w, r, http.StatusOK, "rollout", "Rollout "+ro.Name, "/events?rollout="+url.QueryEscape(ro.Name), d)
 }
 
 // membersData is the members page.
@@ -205,7 +211,7 @@ func (s *Server) membersPage(w http.ResponseWriter, r *http.Request) {
 		m.Checks = checks[m.Name]
 		d.Members = append(d.Members, m)
 	}
-	s.render(w, http.StatusOK, "members", "Members", "", d)
+	s.render(w, r, http.StatusOK, "members", "Members", "", d)
 }
 
 // objectView is one object of a snapshot. Secrets are listed with their keys only.
@@ -237,7 +243,7 @@ func (s *Server) snapshotPage(w http.ResponseWriter, r *http.Request) {
 	snap := &v1alpha1.Snapshot{}
 	if err := s.cache.Get(ctx, client.ObjectKey{Namespace: s.opts.Namespace, Name: name}, snap); err != nil {
 		if apierrors.IsNotFound(err) {
-			s.notFound(w, "Snapshot", name, "")
+			s.notFound(w, r, "Snapshot", name, "")
 			return
 		}
 		http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -260,7 +266,7 @@ func (s *Server) snapshotPage(w http.ResponseWriter, r *http.Request) {
 	_, entries, err := hub.Load(ctx, snap)
 	if err != nil {
 		d.LoadError = err.Error()
-		s.render(w, http.StatusOK, "snapshot", "Snapshot "+name, "", d)
+		s.render(w, r, http.StatusOK, "snapshot", "Snapshot "+name, "", d)
 		return
 	}
 	for _, e := range entries {
@@ -292,7 +298,7 @@ func (s *Server) snapshotPage(w http.ResponseWriter, r *http.Request) {
 			d.Changes = redactedChanges(entries, to)
 		}
 	}
-	s.render(w, http.StatusOK, "snapshot", "Snapshot "+name, "", d)
+	s.render(w, r, http.StatusOK, "snapshot", "Snapshot "+name, "", d)
 }
 
 // redactedChanges is snapshot.Diff with every value of a Secret redacted, not only its data:
@@ -320,17 +326,34 @@ func redactedChanges(from, to []snapshot.Entry) []changeView {
 	return out
 }
 
+// actionToken is the token a page sends with its actions, so that no other site's page can
+// make them (CSRF): the server's own random one, or with Auth one derived from the user's
+// bearer token (the same on every replica of the controller).
+func (s *Server) actionToken(r *http.Request) string {
+	if s.opts.Auth != nil {
+		if sess := sessionFrom(r.Context()); sess != nil {
+			return sess.CSRF
+		}
+		return ""
+	}
+	return s.token
+}
+
 // action runs an action a person confirmed on a Rollout page.
 func (s *Server) action(w http.ResponseWriter, r *http.Request) {
 	if s.opts.Actions == nil {
 		http.Error(w, "actions are disabled: start the dashboard with --enable-actions", http.StatusForbidden)
 		return
 	}
-	if subtle.ConstantTimeCompare([]byte(r.Header.Get("X-Rewind-Token")), []byte(s.token)) != 1 {
+	if want := s.actionToken(r); want == "" || subtle.ConstantTimeCompare([]byte(r.Header.Get("X-Rewind-Token")), []byte(want)) != 1 {
 		http.Error(w, "missing or wrong action token: reload the page", http.StatusForbidden)
 		return
 	}
-	if o := r.Header.Get("Origin"); o != "" && o != "http://"+r.Host {
+	scheme := "http://"
+	if r.TLS != nil {
+		scheme = "https://"
+	}
+	if o := r.Header.Get("Origin"); o != "" && o != scheme+r.Host {
 		http.Error(w, "cross-origin request refused", http.StatusForbidden)
 		return
 	}

@@ -56,6 +56,10 @@ type Options struct {
 	Check Checker
 	// HubProbe is how often the hub's reachability is probed (default 1s).
 	HubProbe time.Duration
+	// Auth, when set, authenticates and authorises every request through the hub (the
+	// controller serves the dashboard so). Nil: no login, for `rewind dashboard` on 127.0.0.1,
+	// which reads the hub with the user's own kubeconfig.
+	Auth *Auth
 }
 
 // Server is the dashboard of one hub namespace.
@@ -69,6 +73,9 @@ type Server struct {
 	// token guards the action endpoints against requests from other pages (CSRF).
 	token string
 
+	// auth keeps the hub's reviews of tokens for a moment (Options.Auth).
+	auth authCache
+
 	mu      sync.Mutex
 	hubErr  error
 	hubDown time.Time
@@ -81,6 +88,19 @@ func New(cfg *rest.Config, opts Options) (*Server, error) {
 	}
 	if opts.HubProbe == 0 {
 		opts.HubProbe = time.Second
+	}
+	if a := opts.Auth; a != nil {
+		if a.Client == nil {
+			return nil, errors.New("dashboard: Auth needs a client of the hub for its reviews")
+		}
+		cp := *a
+		if cp.Tries <= 0 {
+			cp.Tries = 5
+		}
+		if cp.TTL <= 0 {
+			cp.TTL = 10 * time.Second
+		}
+		opts.Auth = &cp
 	}
 	sch := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(sch); err != nil {
@@ -194,6 +214,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /events", s.events)
 	mux.HandleFunc("POST /rollouts/{name}/actions/{action}", s.action)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	if s.opts.Auth != nil {
+		return securityHeaders(s.requireAuth(mux))
+	}
 	return securityHeaders(mux)
 }
 
