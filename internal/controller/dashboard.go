@@ -53,11 +53,15 @@ func newDashboard(cfg *rest.Config, o Options) (*dashboardServer, error) {
 	}
 	opts := dashboard.Options{Namespace: o.DashboardNamespace, Auth: &dashboard.Auth{Client: cs}}
 	if o.DashboardActions {
-		c, err := client.New(cfg, client.Options{Scheme: Scheme})
-		if err != nil {
-			return nil, err
+		// Each action runs as the signed-in user, with their own token: the controller
+		// needs no right to change Rollouts, and the hub's audit log names the user.
+		opts.UserActions = func(user *rest.Config) (dashboard.Actions, error) {
+			c, err := client.New(user, client.Options{Scheme: Scheme})
+			if err != nil {
+				return nil, err
+			}
+			return dashboard.ClientActions(c, "rewind"), nil
 		}
-		opts.Actions = dashboard.ClientActions(c, "rewind")
 	}
 	srv, err := dashboard.New(cfg, opts)
 	if err != nil {

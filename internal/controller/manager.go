@@ -99,7 +99,7 @@ type Options struct {
 	// DashboardAddr, when set (not "" nor "0"), serves the web dashboard of
 	// DashboardNamespace there, on every replica, to the users the hub authenticates
 	// (TokenReview) and authorises (SubjectAccessReview: get and list rollouts.rewind.dev in
-	// the namespace to see it, patch rollouts to act). Off by default.
+	// the namespace to see it, update rollouts to act, as the user, with their own token). Off by default.
 	DashboardAddr      string
 	DashboardNamespace string
 	// DashboardActions shows the approve, pause, resume, rollback and retry buttons.

@@ -34,8 +34,9 @@ nonResourceURLs: ["/metrics"], verbs: ["get"]); --metrics-secure=false serves pl
 
 With --dashboard-bind-address it also serves the web dashboard of --dashboard-namespace (HTTPS,
 on every replica): every request is authenticated with the caller's bearer token (TokenReview)
-and authorised for them (SubjectAccessReview: get and list rollouts.rewind.dev to see it, patch
-rollouts to act when --dashboard-enable-actions); browsers sign in on /login.
+and authorised for them (SubjectAccessReview: get and list rollouts.rewind.dev to see it, update
+rollouts to act when --dashboard-enable-actions, each action run with the user's own token);
+browsers sign in on /login.
 
 With --leader-elect several replicas run and one reconciles; a standby takes over at most
 --leader-election-lease-duration after the leader died.`
@@ -69,7 +70,7 @@ func AddFlags(cmd *cobra.Command) (*controller.Options, *bool) {
 	f.DurationVar(&o.GatePoll, "gate-poll", 2*time.Second, "how often unhealthy clusters are re-checked during a health gate or bake")
 	f.StringVar(&o.DashboardAddr, "dashboard-bind-address", "0", "address of the web dashboard (HTTPS; every request authenticated and authorised through the hub with TokenReview and SubjectAccessReview); 0 disables it")
 	f.StringVar(&o.DashboardNamespace, "dashboard-namespace", "", "hub namespace whose rollouts the dashboard shows (required with --dashboard-bind-address)")
-	f.BoolVar(&o.DashboardActions, "dashboard-enable-actions", false, "show the dashboard's approve, pause, resume, rollback and retry buttons, to users allowed to patch rollouts.rewind.dev in the namespace")
+	f.BoolVar(&o.DashboardActions, "dashboard-enable-actions", false, "show the dashboard's approve, pause, resume, rollback and retry buttons, to users allowed to update rollouts.rewind.dev in the namespace; each action runs with the user's own token")
 	f.StringVar(&o.DashboardCertDir, "dashboard-cert-dir", "", "folder with tls.crt and tls.key for the dashboard (default: a self-signed certificate)")
 	f.BoolVar(&o.DashboardInsecure, "dashboard-insecure", false, "serve the dashboard over plain HTTP (only behind a proxy that terminates TLS: tokens cross the wire)")
 	f.BoolVar(devLog, "dev-log", false, "human-readable logs instead of JSON")

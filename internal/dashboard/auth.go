@@ -61,7 +61,9 @@ var (
 	viewRollouts = []access{{"get", "rollouts", true}, {"list", "rollouts", true}}
 	viewMembers  = access{"list", "memberclusters", false}
 	viewSnapshot = access{"get", "snapshots", true}
-	actOnRollout = access{"patch", "rollouts", true}
+	// The actions write the Rollout as `rewind rollout pause` does (an update; approving
+	// held clusters also patches their RolloutTargets, which the hub checks itself).
+	actOnRollout = access{"update", "rollouts", true}
 )
 
 // needs returns what a request must be allowed (nil: served to anyone, e.g. the stylesheet).
@@ -121,6 +123,8 @@ type session struct {
 	// CSRF is the action token of the user's pages: a hash of their bearer token, the same on
 	// every replica of the controller, and unknown to another site.
 	CSRF string
+	// token is the user's bearer token, for the actions run as the user. Never logged.
+	token string
 }
 
 func sessionFrom(ctx context.Context) *session {
@@ -259,7 +263,7 @@ func (s *Server) requireAuth(next http.Handler) http.Handler {
 				return
 			}
 		}
-		sess := &session{User: rev.user, CSRF: hashToken("csrf\x00" + tok)}
+		sess := &session{User: rev.user, CSRF: hashToken("csrf\x00" + tok), token: tok}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(ctx, userKey{}, sess)))
 	})
 }

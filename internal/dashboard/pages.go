@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"html/template"
 	"io/fs"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
@@ -82,7 +84,7 @@ type pageData struct {
 
 func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, page, title, stream string, data any) {
 	ok, msg := s.hubState()
-	pd := pageData{Title: title, Namespace: s.opts.Namespace, Stream: stream, HubOK: ok, HubMessage: msg, Actions: s.opts.Actions != nil, Data: data}
+	pd := pageData{Title: title, Namespace: s.opts.Namespace, Stream: stream, HubOK: ok, HubMessage: msg, Actions: s.actionsEnabled(), Data: data}
 	sess := sessionFrom(r.Context())
 	if sess != nil {
 		pd.User = sess.User.Username
@@ -326,6 +328,25 @@ func redactedChanges(from, to []snapshot.Entry) []changeView {
 	return out
 }
 
+func (s *Server) actionsEnabled() bool {
+	return s.opts.Actions != nil || (s.opts.Auth != nil && s.opts.UserActions != nil)
+}
+
+// actionsFor returns the actions of a request: with Auth and UserActions, run with the
+// signed-in user's own token.
+func (s *Server) actionsFor(r *http.Request) (Actions, error) {
+	if s.opts.Auth != nil && s.opts.UserActions != nil {
+		sess := sessionFrom(r.Context())
+		if sess == nil {
+			return nil, errors.New("no signed-in user")
+		}
+		cfg := rest.AnonymousClientConfig(s.cfg)
+		cfg.BearerToken = sess.token
+		return s.opts.UserActions(cfg)
+	}
+	return s.opts.Actions, nil
+}
+
 // actionToken is the token a page sends with its actions, so that no other site's page can
 // make them (CSRF): the server's own random one, or with Auth one derived from the user's
 // bearer token (the same on every replica of the controller).
@@ -341,7 +362,7 @@ func (s *Server) actionToken(r *http.Request) string {
 
 // action runs an action a person confirmed on a Rollout page.
 func (s *Server) action(w http.ResponseWriter, r *http.Request) {
-	if s.opts.Actions == nil {
+	if !s.actionsEnabled() {
 		http.Error(w, "actions are disabled: start the dashboard with --enable-actions", http.StatusForbidden)
 		return
 	}
@@ -358,30 +379,38 @@ func (s *Server) action(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx, ns, name := r.Context(), s.opts.Namespace, r.PathValue("name")
+	acts, err := s.actionsFor(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
 	var msg string
-	var err error
 	switch r.PathValue("action") {
 	case "approve":
-		msg, err = s.opts.Actions.Approve(ctx, ns, name)
+		msg, err = acts.Approve(ctx, ns, name)
 	case "pause":
-		msg, err = s.opts.Actions.Pause(ctx, ns, name, true)
+		msg, err = acts.Pause(ctx, ns, name, true)
 	case "resume":
-		msg, err = s.opts.Actions.Pause(ctx, ns, name, false)
+		msg, err = acts.Pause(ctx, ns, name, false)
 	case "rollback":
 		reason := strings.TrimSpace(r.FormValue("reason"))
 		if reason == "" {
 			reason = "requested from the rewind dashboard"
 		}
-		msg, err = s.opts.Actions.Rollback(ctx, ns, name, reason)
+		msg, err = acts.Rollback(ctx, ns, name, reason)
 	case "retry":
-		msg, err = s.opts.Actions.Retry(ctx, ns, name)
+		msg, err = acts.Retry(ctx, ns, name)
 	default:
 		http.Error(w, "unknown action", http.StatusNotFound)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	if err != nil {
-		w.WriteHeader(http.StatusConflict)
+		code := http.StatusConflict
+		if apierrors.IsForbidden(err) {
+			code = http.StatusForbidden
+		}
+		w.WriteHeader(code)
 		_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
 		return
 	}

@@ -52,6 +52,10 @@ type Options struct {
 	Namespace string
 	// Actions, when set, enables the action buttons and their endpoints. Nil: read-only.
 	Actions Actions
+	// UserActions, with Auth, enables the actions and runs each with the signed-in user's own
+	// credentials (cfg is the hub's with the user's bearer token): the hub's RBAC and audit
+	// log apply to the user, and the server's identity needs no right to change Rollouts.
+	UserActions func(cfg *rest.Config) (Actions, error)
 	// Check, when set, lets the members page check each member's live record and drift.
 	Check Checker
 	// HubProbe is how often the hub's reachability is probed (default 1s).
@@ -101,6 +105,9 @@ func New(cfg *rest.Config, opts Options) (*Server, error) {
 			cp.TTL = 10 * time.Second
 		}
 		opts.Auth = &cp
+	}
+	if opts.UserActions != nil && opts.Auth == nil {
+		return nil, errors.New("dashboard: UserActions needs Auth (whose credentials would they run with?)")
 	}
 	sch := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(sch); err != nil {

@@ -139,7 +139,7 @@ func (s *Server) rolloutHead(ro *v1alpha1.Rollout) headView {
 			h.Conditions = append(h.Conditions, *c)
 		}
 	}
-	if s.opts.Actions != nil {
+	if s.actionsEnabled() {
 		n := ro.Name
 		h.Actions = []actionView{
 			{Name: "approve", Label: "Approve", Confirm: "Approve rollout " + n + "? Clusters held by inconclusive metrics are released; if none are, the wave waiting now is approved."},
