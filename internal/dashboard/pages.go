@@ -75,11 +75,11 @@ func (p *pages) fragment(name string, data any) string {
 type pageData struct {
 	Title, Namespace, Stream, Token string
 	// User is who signed in (only when the dashboard authenticates).
-	User                            string
-	HubOK                           bool
-	HubMessage                      string
-	Actions                         bool
-	Data                            any
+	User       string
+	HubOK      bool
+	HubMessage string
+	Actions    bool
+	Data       any
 }
 
 func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, page, title, stream string, data any) {
