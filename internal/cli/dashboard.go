@@ -12,7 +12,9 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/dashboard"
+	"github.com/rewind-dev/rewind/internal/snapshot"
 )
 
 func newDashboardCommand(h *hubFlags) *cobra.Command {
@@ -112,6 +114,9 @@ func NewDashboard(cfg *rest.Config, ns, prog string, actions bool) (*dashboard.S
 		}
 		return out, nil
 	}}
+	opts.Live = func(ctx context.Context, snap *v1alpha1.Snapshot, hdr snapshot.Header) ([]snapshot.Entry, error) {
+		return captureLive(ctx, c, &hubFlags{prog: prog, namespace: ns}, snap, hdr)
+	}
 	if actions {
 		opts.Actions = dashboard.ClientActions(c, prog)
 	}

@@ -229,7 +229,10 @@ type changeView struct {
 }
 
 type snapshotData struct {
-	Snap       *v1alpha1.Snapshot
+	Snap *v1alpha1.Snapshot
+	// CanLive: the live cluster can be captured for a diff (Options.Live).
+	CanLive    bool
+	LiveOption string
 	Objects    []objectView
 	LoadError  string
 	Others     []string
@@ -251,7 +254,7 @@ func (s *Server) snapshotPage(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
-	d := snapshotData{Snap: snap}
+	d := snapshotData{Snap: snap, CanLive: s.opts.Live != nil, LiveOption: liveDiff}
 	if snap.Status.CapturedAt != nil {
 		d.CapturedAt = ts(snap.Status.CapturedAt)
 	}
@@ -265,7 +268,7 @@ func (s *Server) snapshotPage(w http.ResponseWriter, r *http.Request) {
 		slices.Sort(d.Others)
 	}
 	hub := &snapshot.Hub{Client: s.reader}
-	_, entries, err := hub.Load(ctx, snap)
+	hdr, entries, err := hub.Load(ctx, snap)
 	if err != nil {
 		d.LoadError = err.Error()
 		s.render(w, r, http.StatusOK, "snapshot", "Snapshot "+name, "", d)
@@ -289,7 +292,21 @@ func (s *Server) snapshotPage(w http.ResponseWriter, r *http.Request) {
 		}
 		d.Objects = append(d.Objects, o)
 	}
-	if with := r.URL.Query().Get("diff"); with != "" {
+	if with := r.URL.Query().Get("diff"); with == liveDiff {
+		d.DiffWith = "the live cluster " + snap.Spec.Cluster
+		if s.opts.Live == nil {
+			d.DiffError = "this dashboard cannot read member clusters: compare with rewind snapshot diff " + snap.Name + " --live"
+		} else {
+			lctx, cancel := context.WithTimeout(ctx, time.Minute)
+			to, err := s.opts.Live(lctx, snap, hdr)
+			cancel()
+			if err != nil {
+				d.DiffError = fmt.Sprintf("capturing %s now: %v", snap.Spec.Cluster, err)
+			} else {
+				d.Changes = redactedChanges(entries, to)
+			}
+		}
+	} else if with != "" {
 		d.DiffWith = with
 		other := &v1alpha1.Snapshot{}
 		if err := s.cache.Get(ctx, client.ObjectKey{Namespace: s.opts.Namespace, Name: with}, other); err != nil {
@@ -302,6 +319,9 @@ func (s *Server) snapshotPage(w http.ResponseWriter, r *http.Request) {
 	}
 	s.render(w, r, http.StatusOK, "snapshot", "Snapshot "+name, "", d)
 }
+
+// liveDiff is the diff form's value for the live cluster (no snapshot name has a colon).
+const liveDiff = ":live"
 
 // redactedChanges is snapshot.Diff with every value of a Secret redacted, not only its data:
 // an annotation such as kubectl's last-applied-configuration holds the values too.

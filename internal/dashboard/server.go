@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/snapshot"
 )
 
 // Actions are the changes a person may ask for from the dashboard; the CLI implements them
@@ -58,6 +59,10 @@ type Options struct {
 	UserActions func(cfg *rest.Config) (Actions, error)
 	// Check, when set, lets the members page check each member's live record and drift.
 	Check Checker
+	// Live, when set, captures now, from the member a snapshot was taken on and the same way,
+	// what the snapshot holds (hdr is its header), so that the snapshot page can show its diff
+	// against the live cluster.
+	Live func(ctx context.Context, snap *v1alpha1.Snapshot, hdr snapshot.Header) ([]snapshot.Entry, error)
 	// HubProbe is how often the hub's reachability is probed (default 1s).
 	HubProbe time.Duration
 	// Auth, when set, authenticates and authorises every request through the hub (the
