@@ -248,7 +248,8 @@ func TestControllerServesTheDashboardToUsersOfTheHub(t *testing.T) {
 	ctx := browser(t, chromedp.Flag("ignore-certificate-errors", true))
 	run(t, ctx, chromedp.Navigate(base+"/rollouts/shop"))
 	waitJS(t, ctx, 10*time.Second, `document.querySelector('#login-token')`, `document.body.innerText.slice(0, 1000)`)
-	run(t, ctx, chromedp.SendKeys(chromedp.CSS(`#login-token`), ids.operator), chromedp.Click(chromedp.CSS(`#login-submit`)))
+	// SetValue, not SendKeys: a token is about a thousand characters, typed one by one slowly.
+	run(t, ctx, chromedp.SetValue(chromedp.CSS(`#login-token`), ids.operator), chromedp.Click(chromedp.CSS(`#login-submit`)))
 	waitJS(t, ctx, 15*time.Second, `location.pathname === '/rollouts/shop' && document.querySelector('#rollout-head') && document.querySelector('#user')`,
 		`[location.href, document.body.innerText.slice(0, 1000)]`)
 	user := eval[string](t, ctx, `document.querySelector('#user').textContent`)
