@@ -12,7 +12,9 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/dashboard"
+	"github.com/rewind-dev/rewind/internal/snapshot"
 )
 
 func newDashboardCommand(h *hubFlags) *cobra.Command {
@@ -112,48 +114,11 @@ func NewDashboard(cfg *rest.Config, ns, prog string, actions bool) (*dashboard.S
 		}
 		return out, nil
 	}}
+	opts.Live = func(ctx context.Context, snap *v1alpha1.Snapshot, hdr snapshot.Header) ([]snapshot.Entry, error) {
+		return captureLive(ctx, c, &hubFlags{prog: prog, namespace: ns}, snap, hdr)
+	}
 	if actions {
-		opts.Actions = &dashboardActions{c: c, prog: prog}
+		opts.Actions = dashboard.ClientActions(c, prog)
 	}
 	return dashboard.New(cfg, opts)
-}
-
-// dashboardActions are the dashboard's buttons, through the commands' own functions.
-type dashboardActions struct {
-	c    client.Client
-	prog string
-}
-
-func (a *dashboardActions) Approve(ctx context.Context, ns, name string) (string, error) {
-	_, wave, rev, err := approveRollout(ctx, a.c, ns, name, "")
-	if err != nil {
-		return "", err
-	}
-	return fmt.Sprintf("rollout/%s: wave %s approved for revision %d", name, wave, rev), nil
-}
-
-func (a *dashboardActions) Pause(ctx context.Context, ns, name string, paused bool) (string, error) {
-	if _, err := pauseRollout(ctx, a.c, ns, name, paused); err != nil {
-		return "", err
-	}
-	if paused {
-		return "rollout/" + name + " paused", nil
-	}
-	return "rollout/" + name + " resumed", nil
-}
-
-func (a *dashboardActions) Rollback(ctx context.Context, ns, name, reason string) (string, error) {
-	_, from, to, err := rollbackRollout(ctx, a.c, ns, name, "", reason)
-	if err != nil {
-		return "", err
-	}
-	return fmt.Sprintf("rollout/%s: rolling back from %s to %s", name, from, to), nil
-}
-
-func (a *dashboardActions) Retry(ctx context.Context, ns, name string) (string, error) {
-	_, what, err := retryRollout(ctx, a.c, ns, name, a.prog)
-	if err != nil {
-		return "", err
-	}
-	return fmt.Sprintf("rollout/%s: retrying %s", name, what), nil
 }

@@ -5,14 +5,12 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
@@ -23,25 +21,6 @@ import (
 func getRollout(ctx context.Context, c client.Client, ns, name string) (*v1alpha1.Rollout, error) {
 	ro := &v1alpha1.Rollout{}
 	if err := getHubObject(ctx, c, client.ObjectKey{Namespace: ns, Name: name}, ro, "rollout", "kubectl get rollouts.rewind.dev -n "+ns); err != nil {
-		return nil, err
-	}
-	return ro, nil
-}
-
-// updateRollout reads, changes and writes a Rollout's spec, retrying on conflicts.
-func updateRollout(ctx context.Context, c client.Client, ns, name string, mut func(*v1alpha1.Rollout) error) (*v1alpha1.Rollout, error) {
-	var ro *v1alpha1.Rollout
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var err error
-		if ro, err = getRollout(ctx, c, ns, name); err != nil {
-			return err
-		}
-		if err := mut(ro); err != nil {
-			return err
-		}
-		return c.Update(ctx, ro)
-	})
-	if err != nil {
 		return nil, err
 	}
 	return ro, nil
@@ -148,68 +127,25 @@ RolloutTarget gets approved.rewind.dev/metrics set to the revision, and its gate
 			if err != nil {
 				return err
 			}
-			if held, ro, err := approveHeldTargets(cmd.Context(), c, h.ns(), args); err != nil || len(held) > 0 {
-				if err != nil {
-					return err
-				}
-				if ok, err := printStructured(cmd.OutOrStdout(), output, ro); ok {
-					return err
-				}
-				for _, cl := range held {
-					fmt.Fprintf(cmd.OutOrStdout(), "rollout/%s: inconclusive metrics of cluster %s approved for revision %d\n", args[0], cl, ro.Status.Revision)
-				}
-				return nil
-			}
 			wave := ""
 			if len(args) == 2 {
 				wave = args[1]
 			}
-			ro, wave, revision, err := approveRollout(cmd.Context(), c, h.ns(), args[0], wave)
+			a, err := approveRollout(cmd.Context(), c, h.ns(), args[0], wave)
 			if err != nil {
 				return err
 			}
-			if ok, err := printStructured(cmd.OutOrStdout(), output, ro); ok {
+			if ok, err := printStructured(cmd.OutOrStdout(), output, a.Rollout); ok {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "rollout/%s: wave %s approved for revision %d\n", args[0], wave, revision)
+			for _, m := range a.Messages() {
+				fmt.Fprintln(cmd.OutOrStdout(), m)
+			}
 			return nil
 		},
 	}
 	outputFlag(cmd, &output)
 	return cmd
-}
-
-// approveHeldTargets approves the targets of the rollout's current revision (of the wave
-// args[1], if given) that inconclusive metrics hold, and returns their clusters.
-func approveHeldTargets(ctx context.Context, c client.Client, ns string, args []string) ([]string, *v1alpha1.Rollout, error) {
-	ro, err := getRollout(ctx, c, ns, args[0])
-	if err != nil || ro.Status.Revision == 0 {
-		return nil, ro, err
-	}
-	targets, err := listTargets(ctx, c, ro)
-	if err != nil {
-		return nil, ro, err
-	}
-	var held []string
-	for i := range targets {
-		t := &targets[i]
-		if t.Spec.Revision != ro.Status.Revision || t.Status.Revision != t.Spec.Revision || t.Status.WaitingFor != v1alpha1.ReasonAwaitingApproval {
-			continue
-		}
-		if len(args) == 2 && (int(t.Spec.Wave) >= len(ro.Spec.Waves) || ro.Spec.Waves[t.Spec.Wave].Name != args[1]) {
-			continue
-		}
-		before := t.DeepCopy()
-		if t.Annotations == nil {
-			t.Annotations = map[string]string{}
-		}
-		t.Annotations[v1alpha1.AnnotationApprovedMetrics] = strconv.Itoa(int(ro.Status.Revision))
-		if err := c.Patch(ctx, t, client.MergeFrom(before)); err != nil {
-			return nil, ro, fmt.Errorf("approving the metrics of cluster %s: %w", t.Spec.Cluster, err)
-		}
-		held = append(held, t.Spec.Cluster)
-	}
-	return held, ro, nil
 }
 
 // newRolloutPauseCommand returns `rollout pause` (paused) or `rollout resume`.
@@ -369,20 +305,6 @@ cluster it changed to the snapshot taken under that release, re-applies it and g
 	outputFlag(cmd, &output)
 	_ = cmd.RegisterFlagCompletionFunc("to", h.completeFlag(listReleases))
 	return cmd
-}
-
-// previousRelease is the newest release in the history before the current one that differs.
-func previousRelease(ro *v1alpha1.Rollout) string {
-	h := ro.Status.History
-	for i := len(h) - 1; i >= 0; i-- {
-		if h[i].Release != ro.Spec.Release && h[i].Outcome == "Succeeded" {
-			return h[i].Release
-		}
-	}
-	if ro.Status.PreviousRelease != ro.Spec.Release {
-		return ro.Status.PreviousRelease
-	}
-	return ""
 }
 
 func newHistoryCommand(h *hubFlags) *cobra.Command {

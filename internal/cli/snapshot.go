@@ -82,6 +82,29 @@ func captureOptionsFor(ctx context.Context, c client.Client, cl *member.Cluster,
 	return snapshot.Options{Operator: operator, Release: rel.Name, Version: rel.Spec.Version, Namespace: installNS, Manifests: objs}, nil
 }
 
+// captureLive captures now, on the member snap was taken on and the same way (its operator,
+// release and namespace), what snap holds: the other side of `snapshot diff --live` and of
+// the dashboard's diff against the live cluster.
+func captureLive(ctx context.Context, c client.Client, h *hubFlags, snap *v1alpha1.Snapshot, hdr snapshot.Header) ([]snapshot.Entry, error) {
+	_, cl, err := memberCluster(ctx, c, h, snap.Spec.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	opts, err := captureOptionsFor(ctx, c, cl, snap.Namespace, snap.Spec.Operator, snap.Spec.Release)
+	if err != nil {
+		return nil, err
+	}
+	if hdr.Namespace != "" {
+		opts.Namespace = hdr.Namespace
+	}
+	var buf bytes.Buffer
+	if _, err := snapshot.Capture(ctx, cl, opts, &buf); err != nil {
+		return nil, err
+	}
+	_, to, err := snapshot.ReadAll(&buf)
+	return to, err
+}
+
 func newSnapshotTakeCommand(h *hubFlags) *cobra.Command {
 	var cluster, operator, relName, storeURL, name, reason, output string
 	var retention int
@@ -348,22 +371,7 @@ changed with the fields that differ. Secret values are shown as <redacted>.`,
 			var to []snapshot.Entry
 			target := "the live cluster " + snap.Spec.Cluster
 			if live {
-				_, cl, err := memberCluster(ctx, c, h, snap.Spec.Cluster)
-				if err != nil {
-					return err
-				}
-				opts, err := captureOptionsFor(ctx, c, cl, h.ns(), snap.Spec.Operator, snap.Spec.Release)
-				if err != nil {
-					return err
-				}
-				if hdr.Namespace != "" {
-					opts.Namespace = hdr.Namespace
-				}
-				var buf bytes.Buffer
-				if _, err := snapshot.Capture(ctx, cl, opts, &buf); err != nil {
-					return err
-				}
-				if _, to, err = snapshot.ReadAll(&buf); err != nil {
+				if to, err = captureLive(ctx, c, h, snap, hdr); err != nil {
 					return err
 				}
 			} else {

@@ -96,6 +96,19 @@ type Options struct {
 	// hub. A wave of N clusters makes about 25 hub requests per cluster at once.
 	HubQPS   float32
 	HubBurst int
+	// DashboardAddr, when set (not "" nor "0"), serves the web dashboard of
+	// DashboardNamespace there, on every replica, to the users the hub authenticates
+	// (TokenReview) and authorises (SubjectAccessReview: get and list rollouts.rewind.dev in
+	// the namespace to see it, update rollouts to act, as the user, with their own token). Off by default.
+	DashboardAddr      string
+	DashboardNamespace string
+	// DashboardActions shows the approve, pause, resume, rollback and retry buttons.
+	DashboardActions bool
+	// DashboardCertDir holds tls.crt and tls.key for the dashboard (reloaded when they
+	// change); empty generates a self-signed certificate. DashboardInsecure serves plain HTTP
+	// (behind a proxy that terminates TLS).
+	DashboardCertDir  string
+	DashboardInsecure bool
 }
 
 // DefaultSystemNamespace holds the member kubeconfig Secrets, the snapshot key and the
@@ -159,6 +172,15 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	}
 	if err := setupReconcilers(mgr, o); err != nil {
 		return nil, err
+	}
+	if dashboardEnabled(o) {
+		d, err := newDashboard(cfg, o)
+		if err != nil {
+			return nil, err
+		}
+		if err := mgr.Add(d); err != nil {
+			return nil, err
+		}
 	}
 	return mgr, nil
 }

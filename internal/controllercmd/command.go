@@ -6,6 +6,7 @@ package controllercmd
 import (
 	"fmt"
 	"math"
+	"net"
 	"runtime/debug"
 	"time"
 
@@ -30,6 +31,12 @@ Logs are JSON on stderr unless --dev-log. /healthz and /readyz answer on
 --health-probe-bind-address. Metrics are served over HTTPS on --metrics-bind-address, only to
 clients the hub authenticates and authorizes for GET /metrics (a ClusterRole with
 nonResourceURLs: ["/metrics"], verbs: ["get"]); --metrics-secure=false serves plain HTTP.
+
+With --dashboard-bind-address it also serves the web dashboard of --dashboard-namespace (HTTPS,
+on every replica): every request is authenticated with the caller's bearer token (TokenReview)
+and authorised for them (SubjectAccessReview: get and list rollouts.rewind.dev to see it, update
+rollouts to act when --dashboard-enable-actions, each action run with the user's own token);
+browsers sign in on /login.
 
 With --leader-elect several replicas run and one reconciles; a standby takes over at most
 --leader-election-lease-duration after the leader died.`
@@ -61,6 +68,11 @@ func AddFlags(cmd *cobra.Command) (*controller.Options, *bool) {
 	f.Float32Var(&o.HubQPS, "kube-api-qps", 200, "the most requests per second to the hub API server, on average (its API priority and fairness protects it too)")
 	f.IntVar(&o.HubBurst, "kube-api-burst", 500, "the most requests to the hub API server in a burst above --kube-api-qps (a wave of N clusters makes about 25 hub requests per cluster)")
 	f.DurationVar(&o.GatePoll, "gate-poll", 2*time.Second, "how often unhealthy clusters are re-checked during a health gate or bake")
+	f.StringVar(&o.DashboardAddr, "dashboard-bind-address", "0", "address of the web dashboard (HTTPS; every request authenticated and authorised through the hub with TokenReview and SubjectAccessReview); 0 disables it")
+	f.StringVar(&o.DashboardNamespace, "dashboard-namespace", "", "hub namespace whose rollouts the dashboard shows (required with --dashboard-bind-address)")
+	f.BoolVar(&o.DashboardActions, "dashboard-enable-actions", false, "show the dashboard's approve, pause, resume, rollback and retry buttons, to users allowed to update rollouts.rewind.dev in the namespace; each action runs with the user's own token")
+	f.StringVar(&o.DashboardCertDir, "dashboard-cert-dir", "", "folder with tls.crt and tls.key for the dashboard (default: a self-signed certificate)")
+	f.BoolVar(&o.DashboardInsecure, "dashboard-insecure", false, "serve the dashboard over plain HTTP (only behind a proxy that terminates TLS: tokens cross the wire)")
 	f.BoolVar(devLog, "dev-log", false, "human-readable logs instead of JSON")
 	return o, devLog
 }
@@ -105,6 +117,14 @@ func Validate(o *controller.Options) error {
 	if o.LeaderElection && !(o.RetryPeriod < o.RenewDeadline && o.RenewDeadline < o.LeaseDuration) {
 		return fmt.Errorf("leader election needs --leader-election-retry-period (%s) < --leader-election-renew-deadline (%s) < --leader-election-lease-duration (%s)",
 			o.RetryPeriod, o.RenewDeadline, o.LeaseDuration)
+	}
+	if o.DashboardAddr != "" && o.DashboardAddr != "0" {
+		if o.DashboardNamespace == "" {
+			return fmt.Errorf("--dashboard-namespace is required with --dashboard-bind-address %s: name the hub namespace whose rollouts the dashboard shows", o.DashboardAddr)
+		}
+		if _, _, err := net.SplitHostPort(o.DashboardAddr); err != nil {
+			return fmt.Errorf("--dashboard-bind-address %q: %w (want host:port, e.g. :8444)", o.DashboardAddr, err)
+		}
 	}
 	return nil
 }

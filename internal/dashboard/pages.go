@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"html/template"
 	"io/fs"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
@@ -50,7 +52,7 @@ func loadPages() (*pages, error) {
 		return nil, err
 	}
 	p := &pages{byName: map[string]*template.Template{}, frags: base}
-	for _, name := range []string{"list", "rollout", "members", "snapshot", "notfound"} {
+	for _, name := range []string{"list", "rollout", "members", "snapshot", "notfound", "login", "denied"} {
 		t, err := template.Must(base.Clone()).ParseFS(assets, "assets/templates/"+name+".html")
 		if err != nil {
 			return nil, err
@@ -72,17 +74,23 @@ func (p *pages) fragment(name string, data any) string {
 // pageData is what every page gets.
 type pageData struct {
 	Title, Namespace, Stream, Token string
-	HubOK                           bool
-	HubMessage                      string
-	Actions                         bool
-	Data                            any
+	// User is who signed in (only when the dashboard authenticates).
+	User       string
+	HubOK      bool
+	HubMessage string
+	Actions    bool
+	Data       any
 }
 
-func (s *Server) render(w http.ResponseWriter, status int, page, title, stream string, data any) {
+func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, page, title, stream string, data any) {
 	ok, msg := s.hubState()
-	pd := pageData{Title: title, Namespace: s.opts.Namespace, Stream: stream, HubOK: ok, HubMessage: msg, Actions: s.opts.Actions != nil, Data: data}
+	pd := pageData{Title: title, Namespace: s.opts.Namespace, Stream: stream, HubOK: ok, HubMessage: msg, Actions: s.actionsEnabled(), Data: data}
+	sess := sessionFrom(r.Context())
+	if sess != nil {
+		pd.User = sess.User.Username
+	}
 	if pd.Actions {
-		pd.Token = s.token
+		pd.Token = s.actionToken(r)
 	}
 	var b bytes.Buffer
 	if err := s.pages.byName[page].ExecuteTemplate(&b, "layout", pd); err != nil {
@@ -95,8 +103,8 @@ func (s *Server) render(w http.ResponseWriter, status int, page, title, stream s
 	_, _ = w.Write(b.Bytes())
 }
 
-func (s *Server) notFound(w http.ResponseWriter, kind, name, hint string) {
-	s.render(w, http.StatusNotFound, "notfound", kind+" not found", "", map[string]string{"Kind": kind, "Name": name, "Hint": hint})
+func (s *Server) notFound(w http.ResponseWriter, r *http.Request, kind, name, hint string) {
+	s.render(w, r, http.StatusNotFound, "notfound", kind+" not found", "", map[string]string{"Kind": kind, "Name": name, "Hint": hint})
 }
 
 func (s *Server) listPage(w http.ResponseWriter, r *http.Request) {
@@ -110,7 +118,7 @@ func (s *Server) listPage(w http.ResponseWriter, r *http.Request) {
 	for i := range list.Items {
 		rows = append(rows, rolloutRow(&list.Items[i]))
 	}
-	s.render(w, http.StatusOK, "list", "Rollouts", "/events", rows)
+	s.render(w, r, http.StatusOK, "list", "Rollouts", "/events", rows)
 }
 
 // rolloutData is a Rollout page.
@@ -126,7 +134,7 @@ func (s *Server) rolloutPage(w http.ResponseWriter, r *http.Request) {
 	ro := &v1alpha1.Rollout{}
 	if err := s.cache.Get(r.Context(), client.ObjectKey{Namespace: s.opts.Namespace, Name: name}, ro); err != nil {
 		if apierrors.IsNotFound(err) {
-			s.notFound(w, "Rollout", name, "")
+			s.notFound(w, r, "Rollout", name, "")
 			return
 		}
 		http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -138,7 +146,7 @@ func (s *Server) rolloutPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := rolloutData{Head: s.rolloutHead(ro), Waves: grid(ro, list.Items), History: historyView(ro), Total: len(list.Items)}
-	s.render(w, http.StatusOK, "rollout", "Rollout "+ro.Name, "/events?rollout="+url.QueryEscape(ro.Name), d)
+	s.render(w, r, http.StatusOK, "rollout", "Rollout "+ro.Name, "/events?rollout="+url.QueryEscape(ro.Name), d)
 }
 
 // membersData is the members page.
@@ -205,7 +213,7 @@ func (s *Server) membersPage(w http.ResponseWriter, r *http.Request) {
 		m.Checks = checks[m.Name]
 		d.Members = append(d.Members, m)
 	}
-	s.render(w, http.StatusOK, "members", "Members", "", d)
+	s.render(w, r, http.StatusOK, "members", "Members", "", d)
 }
 
 // objectView is one object of a snapshot. Secrets are listed with their keys only.
@@ -221,7 +229,10 @@ type changeView struct {
 }
 
 type snapshotData struct {
-	Snap       *v1alpha1.Snapshot
+	Snap *v1alpha1.Snapshot
+	// CanLive: the live cluster can be captured for a diff (Options.Live).
+	CanLive    bool
+	LiveOption string
 	Objects    []objectView
 	LoadError  string
 	Others     []string
@@ -237,13 +248,13 @@ func (s *Server) snapshotPage(w http.ResponseWriter, r *http.Request) {
 	snap := &v1alpha1.Snapshot{}
 	if err := s.cache.Get(ctx, client.ObjectKey{Namespace: s.opts.Namespace, Name: name}, snap); err != nil {
 		if apierrors.IsNotFound(err) {
-			s.notFound(w, "Snapshot", name, "")
+			s.notFound(w, r, "Snapshot", name, "")
 			return
 		}
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
-	d := snapshotData{Snap: snap}
+	d := snapshotData{Snap: snap, CanLive: s.opts.Live != nil, LiveOption: liveDiff}
 	if snap.Status.CapturedAt != nil {
 		d.CapturedAt = ts(snap.Status.CapturedAt)
 	}
@@ -257,10 +268,10 @@ func (s *Server) snapshotPage(w http.ResponseWriter, r *http.Request) {
 		slices.Sort(d.Others)
 	}
 	hub := &snapshot.Hub{Client: s.reader}
-	_, entries, err := hub.Load(ctx, snap)
+	hdr, entries, err := hub.Load(ctx, snap)
 	if err != nil {
 		d.LoadError = err.Error()
-		s.render(w, http.StatusOK, "snapshot", "Snapshot "+name, "", d)
+		s.render(w, r, http.StatusOK, "snapshot", "Snapshot "+name, "", d)
 		return
 	}
 	for _, e := range entries {
@@ -281,7 +292,21 @@ func (s *Server) snapshotPage(w http.ResponseWriter, r *http.Request) {
 		}
 		d.Objects = append(d.Objects, o)
 	}
-	if with := r.URL.Query().Get("diff"); with != "" {
+	if with := r.URL.Query().Get("diff"); with == liveDiff {
+		d.DiffWith = "the live cluster " + snap.Spec.Cluster
+		if s.opts.Live == nil {
+			d.DiffError = "this dashboard cannot read member clusters: compare with rewind snapshot diff " + snap.Name + " --live"
+		} else {
+			lctx, cancel := context.WithTimeout(ctx, time.Minute)
+			to, err := s.opts.Live(lctx, snap, hdr)
+			cancel()
+			if err != nil {
+				d.DiffError = fmt.Sprintf("capturing %s now: %v", snap.Spec.Cluster, err)
+			} else {
+				d.Changes = redactedChanges(entries, to)
+			}
+		}
+	} else if with != "" {
 		d.DiffWith = with
 		other := &v1alpha1.Snapshot{}
 		if err := s.cache.Get(ctx, client.ObjectKey{Namespace: s.opts.Namespace, Name: with}, other); err != nil {
@@ -292,8 +317,11 @@ func (s *Server) snapshotPage(w http.ResponseWriter, r *http.Request) {
 			d.Changes = redactedChanges(entries, to)
 		}
 	}
-	s.render(w, http.StatusOK, "snapshot", "Snapshot "+name, "", d)
+	s.render(w, r, http.StatusOK, "snapshot", "Snapshot "+name, "", d)
 }
+
+// liveDiff is the diff form's value for the live cluster (no snapshot name has a colon).
+const liveDiff = ":live"
 
 // redactedChanges is snapshot.Diff with every value of a Secret redacted, not only its data:
 // an annotation such as kubectl's last-applied-configuration holds the values too.
@@ -320,45 +348,89 @@ func redactedChanges(from, to []snapshot.Entry) []changeView {
 	return out
 }
 
+func (s *Server) actionsEnabled() bool {
+	return s.opts.Actions != nil || (s.opts.Auth != nil && s.opts.UserActions != nil)
+}
+
+// actionsFor returns the actions of a request: with Auth and UserActions, run with the
+// signed-in user's own token.
+func (s *Server) actionsFor(r *http.Request) (Actions, error) {
+	if s.opts.Auth != nil && s.opts.UserActions != nil {
+		sess := sessionFrom(r.Context())
+		if sess == nil {
+			return nil, errors.New("no signed-in user")
+		}
+		cfg := rest.AnonymousClientConfig(s.cfg)
+		cfg.BearerToken = sess.token
+		return s.opts.UserActions(cfg)
+	}
+	return s.opts.Actions, nil
+}
+
+// actionToken is the token a page sends with its actions, so that no other site's page can
+// make them (CSRF): the server's own random one, or with Auth one derived from the user's
+// bearer token (the same on every replica of the controller).
+func (s *Server) actionToken(r *http.Request) string {
+	if s.opts.Auth != nil {
+		if sess := sessionFrom(r.Context()); sess != nil {
+			return sess.CSRF
+		}
+		return ""
+	}
+	return s.token
+}
+
 // action runs an action a person confirmed on a Rollout page.
 func (s *Server) action(w http.ResponseWriter, r *http.Request) {
-	if s.opts.Actions == nil {
+	if !s.actionsEnabled() {
 		http.Error(w, "actions are disabled: start the dashboard with --enable-actions", http.StatusForbidden)
 		return
 	}
-	if subtle.ConstantTimeCompare([]byte(r.Header.Get("X-Rewind-Token")), []byte(s.token)) != 1 {
+	if want := s.actionToken(r); want == "" || subtle.ConstantTimeCompare([]byte(r.Header.Get("X-Rewind-Token")), []byte(want)) != 1 {
 		http.Error(w, "missing or wrong action token: reload the page", http.StatusForbidden)
 		return
 	}
-	if o := r.Header.Get("Origin"); o != "" && o != "http://"+r.Host {
+	scheme := "http://"
+	if r.TLS != nil {
+		scheme = "https://"
+	}
+	if o := r.Header.Get("Origin"); o != "" && o != scheme+r.Host {
 		http.Error(w, "cross-origin request refused", http.StatusForbidden)
 		return
 	}
 	ctx, ns, name := r.Context(), s.opts.Namespace, r.PathValue("name")
+	acts, err := s.actionsFor(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
 	var msg string
-	var err error
 	switch r.PathValue("action") {
 	case "approve":
-		msg, err = s.opts.Actions.Approve(ctx, ns, name)
+		msg, err = acts.Approve(ctx, ns, name)
 	case "pause":
-		msg, err = s.opts.Actions.Pause(ctx, ns, name, true)
+		msg, err = acts.Pause(ctx, ns, name, true)
 	case "resume":
-		msg, err = s.opts.Actions.Pause(ctx, ns, name, false)
+		msg, err = acts.Pause(ctx, ns, name, false)
 	case "rollback":
 		reason := strings.TrimSpace(r.FormValue("reason"))
 		if reason == "" {
 			reason = "requested from the rewind dashboard"
 		}
-		msg, err = s.opts.Actions.Rollback(ctx, ns, name, reason)
+		msg, err = acts.Rollback(ctx, ns, name, reason)
 	case "retry":
-		msg, err = s.opts.Actions.Retry(ctx, ns, name)
+		msg, err = acts.Retry(ctx, ns, name)
 	default:
 		http.Error(w, "unknown action", http.StatusNotFound)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	if err != nil {
-		w.WriteHeader(http.StatusConflict)
+		code := http.StatusConflict
+		if apierrors.IsForbidden(err) {
+			code = http.StatusForbidden
+		}
+		w.WriteHeader(code)
 		_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
 		return
 	}

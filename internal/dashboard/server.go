@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/snapshot"
 )
 
 // Actions are the changes a person may ask for from the dashboard; the CLI implements them
@@ -52,10 +53,22 @@ type Options struct {
 	Namespace string
 	// Actions, when set, enables the action buttons and their endpoints. Nil: read-only.
 	Actions Actions
+	// UserActions, with Auth, enables the actions and runs each with the signed-in user's own
+	// credentials (cfg is the hub's with the user's bearer token): the hub's RBAC and audit
+	// log apply to the user, and the server's identity needs no right to change Rollouts.
+	UserActions func(cfg *rest.Config) (Actions, error)
 	// Check, when set, lets the members page check each member's live record and drift.
 	Check Checker
+	// Live, when set, captures now, from the member a snapshot was taken on and the same way,
+	// what the snapshot holds (hdr is its header), so that the snapshot page can show its diff
+	// against the live cluster.
+	Live func(ctx context.Context, snap *v1alpha1.Snapshot, hdr snapshot.Header) ([]snapshot.Entry, error)
 	// HubProbe is how often the hub's reachability is probed (default 1s).
 	HubProbe time.Duration
+	// Auth, when set, authenticates and authorises every request through the hub (the
+	// controller serves the dashboard so). Nil: no login, for `rewind dashboard` on 127.0.0.1,
+	// which reads the hub with the user's own kubeconfig.
+	Auth *Auth
 }
 
 // Server is the dashboard of one hub namespace.
@@ -69,6 +82,9 @@ type Server struct {
 	// token guards the action endpoints against requests from other pages (CSRF).
 	token string
 
+	// auth keeps the hub's reviews of tokens for a moment (Options.Auth).
+	auth authCache
+
 	mu      sync.Mutex
 	hubErr  error
 	hubDown time.Time
@@ -81,6 +97,22 @@ func New(cfg *rest.Config, opts Options) (*Server, error) {
 	}
 	if opts.HubProbe == 0 {
 		opts.HubProbe = time.Second
+	}
+	if a := opts.Auth; a != nil {
+		if a.Client == nil {
+			return nil, errors.New("dashboard: Auth needs a client of the hub for its reviews")
+		}
+		cp := *a
+		if cp.Tries <= 0 {
+			cp.Tries = 5
+		}
+		if cp.TTL <= 0 {
+			cp.TTL = 10 * time.Second
+		}
+		opts.Auth = &cp
+	}
+	if opts.UserActions != nil && opts.Auth == nil {
+		return nil, errors.New("dashboard: UserActions needs Auth (whose credentials would they run with?)")
 	}
 	sch := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(sch); err != nil {
@@ -194,6 +226,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /events", s.events)
 	mux.HandleFunc("POST /rollouts/{name}/actions/{action}", s.action)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	if s.opts.Auth != nil {
+		return securityHeaders(s.requireAuth(mux))
+	}
 	return securityHeaders(mux)
 }
 

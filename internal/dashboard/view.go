@@ -139,10 +139,10 @@ func (s *Server) rolloutHead(ro *v1alpha1.Rollout) headView {
 			h.Conditions = append(h.Conditions, *c)
 		}
 	}
-	if s.opts.Actions != nil {
+	if s.actionsEnabled() {
 		n := ro.Name
 		h.Actions = []actionView{
-			{Name: "approve", Label: "Approve wave", Confirm: "Approve the wave of rollout " + n + " waiting now?"},
+			{Name: "approve", Label: "Approve", Confirm: "Approve rollout " + n + "? Clusters held by inconclusive metrics are released; if none are, the wave waiting now is approved."},
 			{Name: "pause", Label: "Pause", Confirm: "Pause rollout " + n + "? No new step starts until it is resumed."},
 			{Name: "resume", Label: "Resume", Confirm: "Resume rollout " + n + "?"},
 			{Name: "rollback", Label: "Roll back", Confirm: "Roll rollout " + n + " back to its previous release? Every changed cluster is restored from its snapshot.", Reason: true},
