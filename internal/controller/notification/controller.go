@@ -1,0 +1,422 @@
+// Package notification sends the events of Rollouts to the destinations of the
+// NotificationPolicies that select them, at most once as far as the receiver can tell: each
+// notification carries an idempotency key and is recorded as delivered, in a
+// NotificationRecord written with an optimistic lock, before the next one is sent.
+//
+// The reconciler runs on its own work queue, apart from the Rollout and RolloutTarget
+// controllers: a receiver that is slow or down holds only its own notifications back. The
+// events are computed from the Rollout's and its targets' status (internal/notify), never
+// kept in memory: a restarted or newly elected controller computes them again, and the record
+// says which were sent.
+package notification
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/fault"
+	"github.com/rewind-dev/rewind/internal/notify"
+)
+
+// ErrCrash is returned when a test's CrashAfterSend hook stops the reconciler between a
+// delivery and its record.
+var ErrCrash = errors.New("crash injected between send and record")
+
+// Reconciler delivers the notifications of one Rollout (the request) for every policy that
+// selects it.
+type Reconciler struct {
+	// Client reads Rollouts, targets and policies from the cache and writes records.
+	Client client.Client
+	// Reader reads records and Secrets from the API server: a record read from a cache that
+	// lags the last write would send a delivered notification again.
+	Reader client.Reader
+	// HTTP sends the notifications (default: a client with no overall timeout; each
+	// attempt has the destination's).
+	HTTP *http.Client
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	// CrashAfterSend, when it returns true for a key and destination, stops the reconciler
+	// right after the receiver accepted the notification and before it is recorded (tests).
+	CrashAfterSend func(key, destination string) bool
+	// Workers is how many Rollouts' notifications are sent at once (default 4).
+	Workers int
+}
+
+// The notification controller's permissions: read policies, write their status; own the
+// records.
+// +kubebuilder:rbac:groups=rewind.dev,resources=notificationpolicies,verbs=get;list;watch
+// +kubebuilder:rbac:groups=rewind.dev,resources=notificationpolicies/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=rewind.dev,resources=notificationrecords,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=rewind.dev,resources=notificationrecords/status,verbs=get;update;patch
+
+// SetupWithManager registers the reconciler: a Rollout is reconciled when it, one of its
+// targets or a policy of its namespace changes.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Workers <= 0 {
+		r.Workers = 4
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("notification").
+		For(&v1alpha1.Rollout{}, builder.WithPredicates(predicate.ResourceVersionChangedPredicate{})).
+		Watches(&v1alpha1.RolloutTarget{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			t := o.(*v1alpha1.RolloutTarget)
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: t.Namespace, Name: t.Spec.Rollout}}}
+		})).
+		Watches(&v1alpha1.NotificationPolicy{}, handler.EnqueueRequestsFromMapFunc(r.rolloutsOfPolicy)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.Workers}).
+		Complete(r)
+}
+
+func (r *Reconciler) rolloutsOfPolicy(ctx context.Context, o client.Object) []reconcile.Request {
+	var list v1alpha1.RolloutList
+	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace())); err != nil {
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(list.Items))
+	for _, ro := range list.Items {
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&ro)})
+	}
+	return out
+}
+
+func (r *Reconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+// Reconcile records the Rollout's new notifications for each policy that selects it, then
+// delivers what is not delivered yet.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	ro := &v1alpha1.Rollout{}
+	if err := r.Client.Get(ctx, req.NamespacedName, ro); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !ro.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	var policies v1alpha1.NotificationPolicyList
+	if err := r.Client.List(ctx, &policies, client.InNamespace(ro.Namespace)); err != nil {
+		return ctrl.Result{}, err
+	}
+	var targets v1alpha1.RolloutTargetList
+	if err := r.Client.List(ctx, &targets, client.InNamespace(ro.Namespace), client.MatchingFields{targetRolloutField: ro.Name}); err != nil {
+		return ctrl.Result{}, err
+	}
+	var res ctrl.Result
+	var errs []error
+	for i := range policies.Items {
+		p := &policies.Items[i]
+		if !selects(p, ro) {
+			continue
+		}
+		pr, err := r.forPolicy(ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("policy", p.Name)), p, ro, targets.Items)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("policy %s: %w", p.Name, err))
+		}
+		res = lowest(res, pr)
+	}
+	if err := errors.Join(errs...); err != nil {
+		if errors.Is(err, ErrCrash) {
+			return ctrl.Result{}, reconcile.TerminalError(err)
+		}
+		return ctrl.Result{}, err
+	}
+	return res, nil
+}
+
+// targetRolloutField indexes RolloutTargets by spec.rollout.
+const targetRolloutField = "notification.spec.rollout"
+
+// IndexTargets registers the RolloutTarget index the reconciler lists by.
+func IndexTargets(ctx context.Context, mgr ctrl.Manager) error {
+	return mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.RolloutTarget{}, targetRolloutField, func(o client.Object) []string {
+		return []string{o.(*v1alpha1.RolloutTarget).Spec.Rollout}
+	})
+}
+
+func lowest(a, b ctrl.Result) ctrl.Result {
+	if b.RequeueAfter > 0 && (a.RequeueAfter == 0 || b.RequeueAfter < a.RequeueAfter) {
+		return b
+	}
+	return a
+}
+
+// selects says whether a policy's selector matches a Rollout (an empty one matches all).
+func selects(p *v1alpha1.NotificationPolicy, ro *v1alpha1.Rollout) bool {
+	if p.Spec.Selector == nil {
+		return true
+	}
+	sel, err := metav1.LabelSelectorAsSelector(p.Spec.Selector)
+	if err != nil {
+		return false // the policy's condition says so
+	}
+	return sel.Matches(labels.Set(ro.Labels))
+}
+
+// RecordName is the name of a policy's record about a Rollout.
+func RecordName(policy, rollout string) string {
+	n := rollout + "." + policy
+	if len(n) <= 253 {
+		return n
+	}
+	sum := sha256.Sum256([]byte(n))
+	return n[:200] + "." + hex.EncodeToString(sum[:])[:16]
+}
+
+// forPolicy records and delivers one policy's notifications about a Rollout.
+func (r *Reconciler) forPolicy(ctx context.Context, p *v1alpha1.NotificationPolicy, ro *v1alpha1.Rollout, targets []v1alpha1.RolloutTarget) (ctrl.Result, error) {
+	rec, err := r.record(ctx, p, ro)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if r.addNew(rec, p, ro, targets) {
+		if err := r.Client.Status().Update(ctx, rec); err != nil {
+			return ctrl.Result{}, fmt.Errorf("recording notifications: %w", err)
+		}
+	}
+	if p.Spec.Suspend {
+		return ctrl.Result{}, nil
+	}
+	ref := notify.RolloutRef{Namespace: ro.Namespace, Name: ro.Name, UID: string(ro.UID)}
+	var res ctrl.Result
+	for i := range p.Spec.Destinations {
+		dr, err := r.deliver(ctx, p, i, ref, rec)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		res = lowest(res, dr)
+	}
+	return res, nil
+}
+
+// record reads (or makes) the policy's record about the Rollout from the API server. A record
+// left by an earlier Rollout of the same name is replaced.
+func (r *Reconciler) record(ctx context.Context, p *v1alpha1.NotificationPolicy, ro *v1alpha1.Rollout) (*v1alpha1.NotificationRecord, error) {
+	key := client.ObjectKey{Namespace: ro.Namespace, Name: RecordName(p.Name, ro.Name)}
+	rec := &v1alpha1.NotificationRecord{}
+	err := r.Reader.Get(ctx, key, rec)
+	switch {
+	case err == nil && rec.Spec.RolloutUID == ro.UID:
+		return rec, nil
+	case err == nil:
+		if err := r.Client.Delete(ctx, rec, client.Preconditions{UID: &rec.UID}); client.IgnoreNotFound(err) != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("replaced the record %s of an earlier Rollout %s", key.Name, ro.Name)
+	case !apierrors.IsNotFound(err):
+		return nil, err
+	}
+	rec = &v1alpha1.NotificationRecord{
+		ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: map[string]string{v1alpha1.LabelRollout: ro.Name},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "Rollout", Name: ro.Name, UID: ro.UID}}},
+		Spec: v1alpha1.NotificationRecordSpec{Policy: p.Name, Rollout: ro.Name, RolloutUID: ro.UID},
+	}
+	if err := r.Client.Create(ctx, rec); err != nil {
+		return nil, err
+	}
+	// A policy made after the Rollout sends from its current revision on.
+	rec.Status.FromRevision = ro.Status.Revision
+	if err := r.Client.Status().Update(ctx, rec); err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
+// maxNotifications bounds a record; delivered notifications of earlier revisions are pruned
+// past it.
+const maxNotifications = 200
+
+// addNew appends the notifications the Rollout shows that the record does not hold yet, and
+// prunes the oldest revisions' finished ones. It says whether the record changed.
+func (r *Reconciler) addNew(rec *v1alpha1.NotificationRecord, p *v1alpha1.NotificationPolicy, ro *v1alpha1.Rollout, targets []v1alpha1.RolloutTarget) bool {
+	have := map[string]bool{}
+	for _, n := range rec.Status.Notifications {
+		have[n.Key] = true
+	}
+	changed := false
+	for _, n := range notify.Compute(ro, targets, rec.Status.FromRevision, metav1.NewTime(r.now())) {
+		if have[n.Key] || !notify.Selected(p, n.Event) {
+			continue
+		}
+		for _, d := range p.Spec.Destinations {
+			n.Deliveries = append(n.Deliveries, v1alpha1.Delivery{Destination: d.Name})
+		}
+		rec.Status.Notifications = append(rec.Status.Notifications, n)
+		changed = true
+	}
+	for len(rec.Status.Notifications) > maxNotifications {
+		oldest := rec.Status.Notifications[0].Revision
+		if oldest >= ro.Status.Revision {
+			break
+		}
+		rec.Status.Notifications = slices.DeleteFunc(rec.Status.Notifications, func(n v1alpha1.Notification) bool { return n.Revision <= oldest })
+		rec.Status.FromRevision = oldest + 1
+		changed = true
+	}
+	return changed
+}
+
+// deliver sends one destination's undelivered notifications in order, recording each before
+// the next; a failed one waits its backoff (and holds the later ones back, to keep the order).
+func (r *Reconciler) deliver(ctx context.Context, p *v1alpha1.NotificationPolicy, i int, ref notify.RolloutRef, rec *v1alpha1.NotificationRecord) (ctrl.Result, error) {
+	dest := &p.Spec.Destinations[i]
+	log := ctrl.LoggerFrom(ctx).WithValues("destination", dest.Name)
+	var target *notify.Target
+	for {
+		idx := slices.IndexFunc(rec.Status.Notifications, func(n v1alpha1.Notification) bool {
+			d := deliveryOf(&n, dest.Name)
+			return d != nil && d.DeliveredAt == nil && !d.GaveUp
+		})
+		if idx < 0 {
+			return ctrl.Result{}, nil
+		}
+		n := &rec.Status.Notifications[idx]
+		d := deliveryOf(n, dest.Name)
+		now := r.now()
+		if d.NextAttemptAt != nil && d.NextAttemptAt.After(now) {
+			return ctrl.Result{RequeueAfter: d.NextAttemptAt.Sub(now)}, nil
+		}
+		var sendErr error
+		if target == nil {
+			t, err := notify.Resolve(ctx, r.Reader, p.Namespace, i, dest)
+			var in *notify.InputError
+			switch {
+			case errors.As(err, &in):
+				sendErr = err // the policy's Ready condition says it too; retried with backoff
+			case err != nil:
+				return ctrl.Result{}, err
+			default:
+				target = &t
+			}
+		}
+		if sendErr == nil {
+			body, ctype, err := notify.Body(dest.Type, notify.NewPayload(ref, n))
+			if err != nil {
+				return ctrl.Result{}, reconcile.TerminalError(err)
+			}
+			sendErr = notify.Send(ctx, r.httpClient(), *target, n.Key, body, ctype)
+			if sendErr == nil && r.CrashAfterSend != nil && r.CrashAfterSend(n.Key, dest.Name) {
+				return ctrl.Result{}, ErrCrash
+			}
+		}
+		key := n.Key
+		attempt := func(d *v1alpha1.Delivery) {
+			d.Attempts++
+			if sendErr == nil {
+				t := metav1.NewTime(r.now())
+				d.DeliveredAt, d.NextAttemptAt, d.LastError = &t, nil, ""
+				return
+			}
+			d.LastError = truncate(sendErr.Error(), 512)
+			if d.Attempts >= notify.MaxAttempts {
+				d.GaveUp, d.NextAttemptAt = true, nil
+				return
+			}
+			next := metav1.NewTime(r.now().Add(notify.Backoff(d.Attempts)))
+			d.NextAttemptAt = &next
+		}
+		if err := r.writeDelivery(ctx, rec, key, dest.Name, attempt); err != nil {
+			return ctrl.Result{}, err
+		}
+		if sendErr != nil {
+			log.Info("notification not delivered; retrying with backoff", "key", key, "error", sendErr.Error())
+		} else {
+			log.V(1).Info("notification delivered", "key", key)
+		}
+	}
+}
+
+// writeDelivery applies an attempt's outcome to the record and writes it, with the record's
+// resourceVersion as the lock. Faults (a reset, a timeout, a 5xx) are retried in place, and a
+// conflict (another writer) by reading the record again: a delivery that is not recorded would
+// be sent again.
+func (r *Reconciler) writeDelivery(ctx context.Context, rec *v1alpha1.NotificationRecord, key, dest string, apply func(*v1alpha1.Delivery)) error {
+	base := rec.DeepCopy()
+	try := func() error {
+		n := slices.IndexFunc(rec.Status.Notifications, func(n v1alpha1.Notification) bool { return n.Key == key })
+		if n < 0 {
+			return nil // pruned meanwhile
+		}
+		d := deliveryOf(&rec.Status.Notifications[n], dest)
+		if d == nil {
+			return nil
+		}
+		apply(d)
+		return r.Client.Status().Update(ctx, rec)
+	}
+	var err error
+	for n := 1; ; n++ {
+		err = try()
+		switch {
+		case err == nil:
+			return nil
+		case fault.IsConflict(err):
+			fresh := &v1alpha1.NotificationRecord{}
+			if gerr := fault.Retry(ctx, 0, func() error { return r.Reader.Get(ctx, client.ObjectKeyFromObject(rec), fresh) }); gerr != nil {
+				return gerr
+			}
+			*rec = *fresh
+			base = fresh.DeepCopy()
+		case fault.IsTransient(err):
+			*rec = *base.DeepCopy() // the same write again: its resourceVersion still locks it
+			// A write that timed out may have been applied: the retry then conflicts, and the
+			// fresh read shows it.
+		default:
+			return err
+		}
+		if n >= 30 {
+			return fmt.Errorf("recording the delivery of %s: %w", key, err)
+		}
+		t := time.NewTimer(fault.Backoff(n, 100*time.Millisecond, 3*time.Second))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+func deliveryOf(n *v1alpha1.Notification, dest string) *v1alpha1.Delivery {
+	for i := range n.Deliveries {
+		if n.Deliveries[i].Destination == dest {
+			return &n.Deliveries[i]
+		}
+	}
+	return nil
+}
+
+func (r *Reconciler) httpClient() *http.Client {
+	if r.HTTP != nil {
+		return r.HTTP
+	}
+	return http.DefaultClient
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}
