@@ -252,9 +252,6 @@ func setupReconcilers(mgr ctrl.Manager, o Options) error {
 	if err := tr.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the RolloutTarget controller: %w", err)
 	}
-	if err := notification.IndexTargets(context.Background(), mgr); err != nil {
-		return fmt.Errorf("indexing RolloutTargets for notifications: %w", err)
-	}
 	if err := (&notification.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), CrashAfterSend: o.NotifyCrashAfterSend}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the notification controller: %w", err)
 	}

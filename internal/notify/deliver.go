@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -93,6 +94,7 @@ func secretValue(ctx context.Context, r client.Reader, ns string, ref v1alpha1.S
 		for k := range sec.Data {
 			keys = append(keys, k)
 		}
+		slices.Sort(keys)
 		return "", &InputError{Reason: v1alpha1.ReasonNotificationSecretNotFound, Field: field + ".key",
 			Msg: fmt.Sprintf("Secret %s/%s has no key %q (it has %s); name one of its keys or add the key", ns, ref.Name, keyOf(ref), strings.Join(keys, ", "))}
 	}

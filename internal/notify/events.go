@@ -108,7 +108,7 @@ func waveEvents(ro *v1alpha1.Rollout, targets []v1alpha1.RolloutTarget, h v1alph
 		})
 		if ro.Status.Phase == v1alpha1.RolloutWaitingForApproval && ro.Status.CurrentWave == wi {
 			add(v1alpha1.Notification{Event: v1alpha1.EventApprovalNeeded, Revision: cur, Release: h.Release, Wave: wave.Name,
-				Message: fmt.Sprintf("wave %q waits for approval: rewind rollout approve %s --wave %s", wave.Name, ro.Name, wave.Name)}, "wave="+wave.Name)
+				Message: fmt.Sprintf("wave %q waits for approval: rewind rollout approve %s %s", wave.Name, ro.Name, wave.Name)}, "wave="+wave.Name)
 		}
 		if opened {
 			add(v1alpha1.Notification{Event: v1alpha1.EventWaveStarted, Revision: cur, Release: h.Release, Wave: wave.Name}, "wave="+wave.Name)

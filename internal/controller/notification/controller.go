@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -59,6 +60,10 @@ type Reconciler struct {
 	CrashAfterSend func(key, destination string) bool
 	// Workers is how many Rollouts' notifications are sent at once (default 4).
 	Workers int
+
+	// crashed: CrashAfterSend stopped the reconciler; like a killed process, it does nothing
+	// more.
+	crashed atomic.Bool
 }
 
 // The notification controller's permissions: read policies, write their status; own the
@@ -108,6 +113,9 @@ func (r *Reconciler) now() time.Time {
 // Reconcile records the Rollout's new notifications for each policy that selects it, then
 // delivers what is not delivered yet.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	if r.crashed.Load() {
+		return ctrl.Result{}, nil
+	}
 	ro := &v1alpha1.Rollout{}
 	if err := r.Client.Get(ctx, req.NamespacedName, ro); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -120,7 +128,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	var targets v1alpha1.RolloutTargetList
-	if err := r.Client.List(ctx, &targets, client.InNamespace(ro.Namespace), client.MatchingFields{targetRolloutField: ro.Name}); err != nil {
+	if err := r.Client.List(ctx, &targets, client.InNamespace(ro.Namespace), client.MatchingLabels{v1alpha1.LabelRollout: ro.Name}); err != nil {
 		return ctrl.Result{}, err
 	}
 	var res ctrl.Result
@@ -143,16 +151,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	return res, nil
-}
-
-// targetRolloutField indexes RolloutTargets by spec.rollout.
-const targetRolloutField = "notification.spec.rollout"
-
-// IndexTargets registers the RolloutTarget index the reconciler lists by.
-func IndexTargets(ctx context.Context, mgr ctrl.Manager) error {
-	return mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.RolloutTarget{}, targetRolloutField, func(o client.Object) []string {
-		return []string{o.(*v1alpha1.RolloutTarget).Spec.Rollout}
-	})
 }
 
 func lowest(a, b ctrl.Result) ctrl.Result {
@@ -317,6 +315,7 @@ func (r *Reconciler) deliver(ctx context.Context, p *v1alpha1.NotificationPolicy
 			}
 			sendErr = notify.Send(ctx, r.httpClient(), *target, n.Key, body, ctype)
 			if sendErr == nil && r.CrashAfterSend != nil && r.CrashAfterSend(n.Key, dest.Name) {
+				r.crashed.Store(true)
 				return ctrl.Result{}, ErrCrash
 			}
 		}
