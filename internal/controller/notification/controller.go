@@ -332,7 +332,8 @@ func (r *Reconciler) deliver(ctx context.Context, p *v1alpha1.NotificationPolicy
 				d.GaveUp, d.NextAttemptAt = true, nil
 				return
 			}
-			next := metav1.NewTime(r.now().Add(notify.Backoff(d.Attempts)))
+			// Status times are stored to the second: rounded up, the wait is never shorter.
+			next := metav1.NewTime(r.now().Add(notify.Backoff(d.Attempts)).Truncate(time.Second).Add(time.Second))
 			d.NextAttemptAt = &next
 		}
 		if err := r.writeDelivery(ctx, rec, key, dest.Name, attempt); err != nil {
@@ -358,8 +359,8 @@ func (r *Reconciler) writeDelivery(ctx context.Context, rec *v1alpha1.Notificati
 			return nil // pruned meanwhile
 		}
 		d := deliveryOf(&rec.Status.Notifications[n], dest)
-		if d == nil {
-			return nil
+		if d == nil || d.DeliveredAt != nil {
+			return nil // a write that was reported failed had been applied
 		}
 		apply(d)
 		return r.Client.Status().Update(ctx, rec)
