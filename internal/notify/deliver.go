@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -137,7 +139,7 @@ func Send(ctx context.Context, hc *http.Client, t Target, key string, body []byt
 			cause = ue.Err
 		}
 		timeout := errors.Is(err, context.DeadlineExceeded) || (ue != nil && ue.Timeout())
-		msg := "no answer: " + cause.Error()
+		msg := "no answer: " + describe(cause)
 		if timeout {
 			msg = fmt.Sprintf("no answer within %s (timeout)", t.Timeout)
 		}
@@ -165,3 +167,21 @@ func Backoff(n int32) time.Duration {
 const MaxAttempts = 16
 
 func parseTime(s string) (time.Time, error) { return time.Parse(time.RFC3339, s) }
+
+// describe says why a request got no answer without quoting the address (a URL may be a
+// credential; the host names the receiver).
+func describe(err error) string {
+	var dns *net.DNSError
+	var op *net.OpError
+	switch {
+	case errors.As(err, &dns):
+		return "the host name does not resolve"
+	case errors.As(err, &op) && op.Err != nil:
+		return op.Op + ": " + describe(op.Err)
+	}
+	var sc *os.SyscallError
+	if errors.As(err, &sc) {
+		return sc.Err.Error()
+	}
+	return err.Error()
+}
