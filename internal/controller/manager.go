@@ -252,8 +252,11 @@ func setupReconcilers(mgr ctrl.Manager, o Options) error {
 	if err := tr.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the RolloutTarget controller: %w", err)
 	}
-	if err := (&notification.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), CrashAfterSend: o.NotifyCrashAfterSend}).SetupWithManager(mgr); err != nil {
+	if err := (&notification.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the notification controller: %w", err)
+	}
+	if err := (&notification.Deliverer{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), CrashAfterSend: o.NotifyCrashAfterSend}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the notification delivery controller: %w", err)
 	}
 	if err := (&notification.PolicyReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the NotificationPolicy controller: %w", err)

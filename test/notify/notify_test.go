@@ -284,9 +284,18 @@ func TestReceiverDownDoesNotSlowTheRollout(t *testing.T) {
 	if down > 2*up+20*time.Second {
 		t.Errorf("the upgrade took %v with the receiver down, %v with it up", down, up)
 	}
+	// The notifications of revision 3 are recorded as the rollout goes, whatever the
+	// receiver does, and wait there.
 	rec := &v1alpha1.NotificationRecord{}
-	if err := f.Hub().Get(t.Context(), client.ObjectKey{Namespace: f.NS, Name: notification.RecordName("team-db", f.Name)}, rec); err != nil {
-		t.Fatal(err)
+	finished3 := notify.Key(uid, 3, v1alpha1.EventRevisionFinished, "")
+	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := f.Hub().Get(ctx, client.ObjectKey{Namespace: f.NS, Name: notification.RecordName("team-db", f.Name)}, rec); err != nil {
+			return false, err
+		}
+		return slices.ContainsFunc(rec.Status.Notifications, func(n v1alpha1.Notification) bool { return n.Key == finished3 }), nil
+	})
+	if err != nil {
+		t.Fatalf("revision 3's end is not recorded: %v", err)
 	}
 	pending := 0
 	for _, n := range rec.Status.Notifications {

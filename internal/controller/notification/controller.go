@@ -3,11 +3,13 @@
 // notification carries an idempotency key and is recorded as delivered, in a
 // NotificationRecord written with an optimistic lock, before the next one is sent.
 //
-// The reconciler runs on its own work queue, apart from the Rollout and RolloutTarget
-// controllers: a receiver that is slow or down holds only its own notifications back. The
-// events are computed from the Rollout's and its targets' status (internal/notify), never
-// kept in memory: a restarted or newly elected controller computes them again, and the record
-// says which were sent.
+// Two reconcilers share the work, each on its own queue, apart from the Rollout and
+// RolloutTarget controllers. Reconciler computes a Rollout's events from its and its targets'
+// status (internal/notify), never from memory, and adds the new ones to the record: it makes
+// no network call, so it keeps up with the rollout whatever the receivers do. Deliverer sends
+// a record's undelivered notifications and records each delivery: a receiver that is slow or
+// down holds only its own notifications back. A restarted or newly elected controller
+// computes the events again, and the record says which were sent.
 package notification
 
 import (
@@ -42,26 +44,36 @@ import (
 // delivery and its record.
 var ErrCrash = errors.New("crash injected between send and record")
 
-// Reconciler delivers the notifications of one Rollout (the request) for every policy that
+// Reconciler records the notifications of one Rollout (the request) for every policy that
 // selects it.
 type Reconciler struct {
 	// Client reads Rollouts, targets and policies from the cache and writes records.
 	Client client.Client
-	// Reader reads records and Secrets from the API server: a record read from a cache that
-	// lags the last write would send a delivered notification again.
+	// Reader reads records from the API server: a record read from a cache that lags the last
+	// write would lose a delivery recorded meanwhile.
 	Reader client.Reader
-	// HTTP sends the notifications (default: a client with no overall timeout; each
-	// attempt has the destination's).
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Deliverer sends the undelivered notifications of one NotificationRecord (the request).
+type Deliverer struct {
+	// Client reads policies from the cache and writes records.
+	Client client.Client
+	// Reader reads records and Secrets from the API server.
+	Reader client.Reader
+	// HTTP sends the notifications (default: http.DefaultClient; each attempt has the
+	// destination's timeout).
 	HTTP *http.Client
 	// Now is the clock (default time.Now).
 	Now func() time.Time
-	// CrashAfterSend, when it returns true for a key and destination, stops the reconciler
+	// CrashAfterSend, when it returns true for a key and destination, stops the deliverer
 	// right after the receiver accepted the notification and before it is recorded (tests).
 	CrashAfterSend func(key, destination string) bool
-	// Workers is how many Rollouts' notifications are sent at once (default 4).
+	// Workers is how many records are delivered at once (default 4).
 	Workers int
 
-	// crashed: CrashAfterSend stopped the reconciler; like a killed process, it does nothing
+	// crashed: CrashAfterSend stopped the deliverer; like a killed process, it does nothing
 	// more.
 	crashed atomic.Bool
 }
@@ -76,9 +88,6 @@ type Reconciler struct {
 // SetupWithManager registers the reconciler: a Rollout is reconciled when it, one of its
 // targets or a policy of its namespace changes.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if r.Workers <= 0 {
-		r.Workers = 4
-	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("notification").
 		For(&v1alpha1.Rollout{}, builder.WithPredicates(predicate.ResourceVersionChangedPredicate{})).
@@ -87,8 +96,74 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: t.Namespace, Name: t.Spec.Rollout}}}
 		})).
 		Watches(&v1alpha1.NotificationPolicy{}, handler.EnqueueRequestsFromMapFunc(r.rolloutsOfPolicy)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 2}).
+		Complete(r)
+}
+
+// SetupWithManager registers the deliverer: a record is delivered when it or its policy
+// changes, and when a failed delivery's backoff ends.
+func (r *Deliverer) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Workers <= 0 {
+		r.Workers = 4
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("notificationdelivery").
+		For(&v1alpha1.NotificationRecord{}, builder.WithPredicates(predicate.ResourceVersionChangedPredicate{})).
+		Watches(&v1alpha1.NotificationPolicy{}, handler.EnqueueRequestsFromMapFunc(r.recordsOfPolicy)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Workers}).
 		Complete(r)
+}
+
+func (r *Deliverer) recordsOfPolicy(ctx context.Context, o client.Object) []reconcile.Request {
+	var list v1alpha1.NotificationRecordList
+	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace())); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, rec := range list.Items {
+		if rec.Spec.Policy == o.GetName() {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&rec)})
+		}
+	}
+	return out
+}
+
+func (r *Deliverer) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+// Reconcile sends the record's undelivered notifications to each destination of its policy.
+func (r *Deliverer) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	if r.crashed.Load() {
+		return ctrl.Result{}, nil
+	}
+	rec := &v1alpha1.NotificationRecord{}
+	if err := r.Reader.Get(ctx, req.NamespacedName, rec); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	p := &v1alpha1.NotificationPolicy{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: rec.Namespace, Name: rec.Spec.Policy}, p); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if p.Spec.Suspend {
+		return ctrl.Result{}, nil
+	}
+	ref := notify.RolloutRef{Namespace: rec.Namespace, Name: rec.Spec.Rollout, UID: string(rec.Spec.RolloutUID)}
+	var res ctrl.Result
+	for i := range p.Spec.Destinations {
+		dr, err := r.deliver(ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("policy", p.Name)), p, i, ref, rec)
+		if errors.Is(err, ErrCrash) {
+			return ctrl.Result{}, reconcile.TerminalError(err)
+		}
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		res = lowest(res, dr)
+	}
+	return res, nil
 }
 
 func (r *Reconciler) rolloutsOfPolicy(ctx context.Context, o client.Object) []reconcile.Request {
@@ -110,12 +185,8 @@ func (r *Reconciler) now() time.Time {
 	return time.Now()
 }
 
-// Reconcile records the Rollout's new notifications for each policy that selects it, then
-// delivers what is not delivered yet.
+// Reconcile records the Rollout's new notifications for each policy that selects it.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	if r.crashed.Load() {
-		return ctrl.Result{}, nil
-	}
 	ro := &v1alpha1.Rollout{}
 	if err := r.Client.Get(ctx, req.NamespacedName, ro); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -131,26 +202,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Client.List(ctx, &targets, client.InNamespace(ro.Namespace), client.MatchingLabels{v1alpha1.LabelRollout: ro.Name}); err != nil {
 		return ctrl.Result{}, err
 	}
-	var res ctrl.Result
 	var errs []error
 	for i := range policies.Items {
 		p := &policies.Items[i]
 		if !selects(p, ro) {
 			continue
 		}
-		pr, err := r.forPolicy(ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("policy", p.Name)), p, ro, targets.Items)
-		if err != nil {
+		if err := r.forPolicy(ctx, p, ro, targets.Items); err != nil {
 			errs = append(errs, fmt.Errorf("policy %s: %w", p.Name, err))
 		}
-		res = lowest(res, pr)
 	}
-	if err := errors.Join(errs...); err != nil {
-		if errors.Is(err, ErrCrash) {
-			return ctrl.Result{}, reconcile.TerminalError(err)
-		}
-		return ctrl.Result{}, err
-	}
-	return res, nil
+	return ctrl.Result{}, errors.Join(errs...)
 }
 
 func lowest(a, b ctrl.Result) ctrl.Result {
@@ -182,30 +244,20 @@ func RecordName(policy, rollout string) string {
 	return n[:200] + "." + hex.EncodeToString(sum[:])[:16]
 }
 
-// forPolicy records and delivers one policy's notifications about a Rollout.
-func (r *Reconciler) forPolicy(ctx context.Context, p *v1alpha1.NotificationPolicy, ro *v1alpha1.Rollout, targets []v1alpha1.RolloutTarget) (ctrl.Result, error) {
+// forPolicy records one policy's new notifications about a Rollout. The write is locked by
+// the record's resourceVersion: a delivery recorded meanwhile makes it conflict, and the
+// reconcile runs again on a fresh read.
+func (r *Reconciler) forPolicy(ctx context.Context, p *v1alpha1.NotificationPolicy, ro *v1alpha1.Rollout, targets []v1alpha1.RolloutTarget) error {
 	rec, err := r.record(ctx, p, ro)
 	if err != nil {
-		return ctrl.Result{}, err
+		return err
 	}
 	if r.addNew(rec, p, ro, targets) {
 		if err := r.Client.Status().Update(ctx, rec); err != nil {
-			return ctrl.Result{}, fmt.Errorf("recording notifications: %w", err)
+			return fmt.Errorf("recording notifications: %w", err)
 		}
 	}
-	if p.Spec.Suspend {
-		return ctrl.Result{}, nil
-	}
-	ref := notify.RolloutRef{Namespace: ro.Namespace, Name: ro.Name, UID: string(ro.UID)}
-	var res ctrl.Result
-	for i := range p.Spec.Destinations {
-		dr, err := r.deliver(ctx, p, i, ref, rec)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		res = lowest(res, dr)
-	}
-	return res, nil
+	return nil
 }
 
 // record reads (or makes) the policy's record about the Rollout from the API server. A record
@@ -265,7 +317,9 @@ func (r *Reconciler) addNew(rec *v1alpha1.NotificationRecord, p *v1alpha1.Notifi
 	}
 	for len(rec.Status.Notifications) > maxNotifications {
 		oldest := rec.Status.Notifications[0].Revision
-		if oldest >= ro.Status.Revision {
+		if oldest >= ro.Status.Revision || slices.ContainsFunc(rec.Status.Notifications, func(n v1alpha1.Notification) bool {
+			return n.Revision == oldest && slices.ContainsFunc(n.Deliveries, func(d v1alpha1.Delivery) bool { return d.DeliveredAt == nil && !d.GaveUp })
+		}) {
 			break
 		}
 		rec.Status.Notifications = slices.DeleteFunc(rec.Status.Notifications, func(n v1alpha1.Notification) bool { return n.Revision <= oldest })
@@ -277,7 +331,7 @@ func (r *Reconciler) addNew(rec *v1alpha1.NotificationRecord, p *v1alpha1.Notifi
 
 // deliver sends one destination's undelivered notifications in order, recording each before
 // the next; a failed one waits its backoff (and holds the later ones back, to keep the order).
-func (r *Reconciler) deliver(ctx context.Context, p *v1alpha1.NotificationPolicy, i int, ref notify.RolloutRef, rec *v1alpha1.NotificationRecord) (ctrl.Result, error) {
+func (r *Deliverer) deliver(ctx context.Context, p *v1alpha1.NotificationPolicy, i int, ref notify.RolloutRef, rec *v1alpha1.NotificationRecord) (ctrl.Result, error) {
 	dest := &p.Spec.Destinations[i]
 	log := ctrl.LoggerFrom(ctx).WithValues("destination", dest.Name)
 	var target *notify.Target
@@ -351,7 +405,7 @@ func (r *Reconciler) deliver(ctx context.Context, p *v1alpha1.NotificationPolicy
 // resourceVersion as the lock. Faults (a reset, a timeout, a 5xx) are retried in place, and a
 // conflict (another writer) by reading the record again: a delivery that is not recorded would
 // be sent again.
-func (r *Reconciler) writeDelivery(ctx context.Context, rec *v1alpha1.NotificationRecord, key, dest string, apply func(*v1alpha1.Delivery)) error {
+func (r *Deliverer) writeDelivery(ctx context.Context, rec *v1alpha1.NotificationRecord, key, dest string, apply func(*v1alpha1.Delivery)) error {
 	base := rec.DeepCopy()
 	try := func() error {
 		n := slices.IndexFunc(rec.Status.Notifications, func(n v1alpha1.Notification) bool { return n.Key == key })
@@ -407,7 +461,7 @@ func deliveryOf(n *v1alpha1.Notification, dest string) *v1alpha1.Delivery {
 	return nil
 }
 
-func (r *Reconciler) httpClient() *http.Client {
+func (r *Deliverer) httpClient() *http.Client {
 	if r.HTTP != nil {
 		return r.HTTP
 	}

@@ -121,10 +121,19 @@ func TestRecorderUnderAPIServerFaults(t *testing.T) {
 		},
 	})
 	r := &Reconciler{Client: faulty, Reader: reader}
+	d := &Deliverer{Client: faulty, Reader: reader}
 	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: ro.Name}}
+	recReq := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: RecordName("ops", "db")}}
+	reconcile := func(ctx context.Context) error {
+		if _, err := r.Reconcile(ctx, req); err != nil {
+			return err
+		}
+		_, err := d.Reconcile(ctx, recReq)
+		return err
+	}
 	var reconcileErrs []error
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		if _, err := r.Reconcile(ctx, req); err != nil {
+		if err := reconcile(ctx); err != nil {
 			reconcileErrs = append(reconcileErrs, err)
 			if !fault.IsTransient(err) {
 				return false, err
@@ -145,7 +154,7 @@ func TestRecorderUnderAPIServerFaults(t *testing.T) {
 	}
 	// Reconciles that follow send nothing again.
 	for range 3 {
-		if _, err := r.Reconcile(ctx, req); err != nil {
+		if err := reconcile(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
