@@ -310,6 +310,12 @@ type Revision struct {
 	// change of spec.release.
 	// +optional
 	Automatic bool `json:"automatic,omitempty"`
+	// failures are the first failed clusters of a revision that ended Failed or RolledBack,
+	// with the step and message that failed them (notifications are computed from them).
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=3
+	Failures []ClusterFailure `json:"failures,omitempty"`
 }
 
 // RolloutStatus is the progress of the rollout.

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/controller/notification"
 	"github.com/rewind-dev/rewind/internal/controller/operatorrelease"
 	"github.com/rewind-dev/rewind/internal/controller/rollout"
 	"github.com/rewind-dev/rewind/internal/controller/target"
@@ -109,6 +110,9 @@ type Options struct {
 	// (behind a proxy that terminates TLS).
 	DashboardCertDir  string
 	DashboardInsecure bool
+	// NotifyCrashAfterSend stops the notification reconciler after a receiver accepted a
+	// notification and before it is recorded (tests).
+	NotifyCrashAfterSend func(key, destination string) bool
 }
 
 // DefaultSystemNamespace holds the member kubeconfig Secrets, the snapshot key and the
@@ -269,6 +273,15 @@ func setupReconcilers(mgr ctrl.Manager, o Options) error {
 		Restores: target.NewMemoryBudget(o.RestoreMemory)}
 	if err := tr.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the RolloutTarget controller: %w", err)
+	}
+	if err := (&notification.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the notification controller: %w", err)
+	}
+	if err := (&notification.Deliverer{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), CrashAfterSend: o.NotifyCrashAfterSend}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the notification delivery controller: %w", err)
+	}
+	if err := (&notification.PolicyReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the NotificationPolicy controller: %w", err)
 	}
 	if err := (&SnapshotStoreReconciler{Client: hub}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the SnapshotStore controller: %w", err)

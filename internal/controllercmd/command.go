@@ -24,7 +24,7 @@ import (
 
 // Long is the description shared by both commands.
 const Long = `Runs rewind's reconcilers (MemberCluster, OperatorRelease, Rollout, RolloutTarget,
-SnapshotStore and SnapshotSchedule) against the hub until it is stopped (SIGINT or SIGTERM). In a pod it uses the pod's service account; elsewhere the hub is
+SnapshotStore, SnapshotSchedule, NotificationPolicy and notifications) against the hub until it is stopped (SIGINT or SIGTERM). In a pod it uses the pod's service account; elsewhere the hub is
 chosen as kubectl chooses it (--kubeconfig, $KUBECONFIG, ~/.kube/config; --context).
 
 Logs are JSON on stderr unless --dev-log. /healthz and /readyz answer on

@@ -15,7 +15,7 @@ import (
 )
 
 // kinds are rewind's hub resources: `kubectl get rewind` must list them all.
-var kinds = []string{"memberclusters", "operatorreleases", "rollouts", "rollouttargets", "snapshots", "snapshotschedules", "snapshotstores"}
+var kinds = []string{"memberclusters", "notificationpolicies", "notificationrecords", "operatorreleases", "rollouts", "rollouttargets", "snapshots", "snapshotschedules", "snapshotstores"}
 
 func TestEveryCRDIsInTheRewindCategory(t *testing.T) {
 	crds, err := install.CRDs()

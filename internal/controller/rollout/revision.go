@@ -57,6 +57,7 @@ func (r *Reconciler) startRevision(ctx context.Context, s *scope, rel, automatic
 		h.FinishedAt, h.Outcome = &now, "Superseded"
 		if automatic != "" {
 			h.Outcome, h.Reason = "RolledBack", truncate(automatic, 1024)
+			h.Failures = historyFailures(ro.Status.Failures)
 		}
 		s.observeDuration(h)
 	}
@@ -366,3 +367,14 @@ func (s *scope) observeDuration(h *v1alpha1.Revision) {
 		s.afterWrite(func() { metrics.RolloutDuration.WithLabelValues(s.ro.Namespace, s.ro.Name, outcome).Observe(d) })
 	}
 }
+
+// historyFailures keeps the first failed clusters of a revision in its history entry.
+func historyFailures(f []v1alpha1.ClusterFailure) []v1alpha1.ClusterFailure {
+	if len(f) > maxHistoryFailures {
+		f = f[:maxHistoryFailures]
+	}
+	return slices.Clone(f)
+}
+
+// maxHistoryFailures bounds the failed clusters a history entry keeps.
+const maxHistoryFailures = 3

@@ -404,6 +404,7 @@ func (r *Reconciler) stopFailed(s *scope, condReason, reason string) error {
 	ro.Status.Phase = v1alpha1.RolloutFailed
 	if h := s.revision(); h != nil && h.FinishedAt == nil {
 		h.FinishedAt, h.Outcome, h.Reason = &now, "Failed", truncate(reason, 1024)
+		h.Failures = historyFailures(ro.Status.Failures)
 		s.observeDuration(h)
 	}
 	s.condition(v1alpha1.ConditionStalled, metav1.ConditionTrue, condReason, reason)
