@@ -65,7 +65,7 @@ func TestManagerRefusesAHubWithoutItsCRDs(t *testing.T) {
 	t.Cleanup(func() { crdWait = wait0 })
 
 	_, err = NewManager(cfg, opts)
-	if err == nil || !strings.Contains(err.Error(), "MemberCluster, OperatorRelease, Rollout, RolloutTarget, Snapshot, SnapshotSchedule, SnapshotStore") ||
+	if err == nil || !strings.Contains(err.Error(), "MemberCluster, NotificationPolicy, NotificationRecord, OperatorRelease, Rollout, RolloutTarget, Snapshot, SnapshotSchedule, SnapshotStore") ||
 		!strings.Contains(err.Error(), "rewind install --crds-only") {
 		t.Fatalf("no CRDs: %v", err)
 	}
