@@ -8,6 +8,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/rewind-dev/rewind/internal/fault"
 	"github.com/rewind-dev/rewind/internal/member"
 )
 
@@ -58,9 +59,27 @@ func (p MemberPlan) Findings() []Finding {
 	return append(p.ClusterPlan.Findings(), p.RefusedApplies()...)
 }
 
+// memberPlanTries is how many times PlanMember plans a member in all when a fault (a reset
+// connection, a timeout, a 429 or 5xx) outlasts the retries of a single request.
+const memberPlanTries = 8
+
 // PlanMember reads the member's installed-version record, CRDs and custom resources, plans the
-// release there and dry-runs its apply (dryRun=All): nothing on the member changes.
+// release there and dry-runs its apply (dryRun=All): nothing on the member changes. A fault
+// (fault.IsTransient) that outlasts the member client's retries of one request plans the member
+// again from the start, with backoff, up to memberPlanTries times or until ctx ends: a transient
+// fault is not the member's verdict. It is what `rewind plan` and a Rollout's spec.dryRun run.
 func PlanMember(ctx context.Context, cl *member.Cluster, o MemberOptions) (MemberPlan, error) {
+	var p MemberPlan
+	err := fault.Retry(ctx, memberPlanTries, func() error {
+		var err error
+		p, err = planMemberOnce(ctx, cl, o)
+		return err
+	})
+	return p, err
+}
+
+// planMemberOnce is one try of PlanMember.
+func planMemberOnce(ctx context.Context, cl *member.Cluster, o MemberOptions) (MemberPlan, error) {
 	var p MemberPlan
 	rec, err := member.ReadRecord(ctx, cl.Client, o.Operator)
 	if err != nil {
