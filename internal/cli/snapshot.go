@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"sort"
@@ -11,12 +10,12 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/member"
-	"github.com/rewind-dev/rewind/internal/release"
 	"github.com/rewind-dev/rewind/internal/snapshot"
 	"github.com/rewind-dev/rewind/internal/snapshot/snapstore"
 )
@@ -57,52 +56,26 @@ func memberCluster(ctx context.Context, c client.Client, h *hubFlags, cluster st
 // captureOptionsFor works out what to capture for an operator on a member: the installed
 // release (from the member's record, or relName) and its manifests.
 func captureOptionsFor(ctx context.Context, c client.Client, cl *member.Cluster, ns, operator, relName string) (snapshot.Options, error) {
-	rec, err := member.ReadRecord(ctx, cl.Client, operator)
-	if err != nil {
-		return snapshot.Options{}, err
+	return snapshot.OptionsFor(ctx, cl, hubReleases(c), ns, operator, relName)
+}
+
+// hubReleases reads releases as every command does (readRelease's messages).
+func hubReleases(c client.Client) snapshot.ReleaseReader {
+	return func(ctx context.Context, ns, name string) (*v1alpha1.OperatorRelease, []*unstructured.Unstructured, error) {
+		return readRelease(ctx, c, ns, name)
 	}
-	installNS := ""
-	if relName == "" {
-		if rec == nil {
-			return snapshot.Options{}, fmt.Errorf("operator %s has no installed-version record on this member: pass --release to say which release's CRDs and objects to capture", operator)
-		}
-		relName, installNS = rec.Release, rec.Namespace
-	}
-	rel, objs, err := readRelease(ctx, c, ns, relName)
-	if err != nil {
-		return snapshot.Options{}, err
-	}
-	if installNS == "" {
-		recorded := ""
-		if rec != nil {
-			recorded = rec.Namespace
-		}
-		installNS = release.InstallNamespace(operator, recorded)
-	}
-	return snapshot.Options{Operator: operator, Release: rel.Name, Version: rel.Spec.Version, Namespace: installNS, Manifests: objs}, nil
 }
 
 // captureLive captures now, on the member snap was taken on and the same way (its operator,
 // release and namespace), what snap holds: the other side of `snapshot diff --live` and of
-// the dashboard's diff against the live cluster.
+// the dashboard's diff against the live cluster (snapshot.CaptureLive, which the
+// controller-served dashboard runs too).
 func captureLive(ctx context.Context, c client.Client, h *hubFlags, snap *v1alpha1.Snapshot, hdr snapshot.Header) ([]snapshot.Entry, error) {
 	_, cl, err := memberCluster(ctx, c, h, snap.Spec.Cluster)
 	if err != nil {
 		return nil, err
 	}
-	opts, err := captureOptionsFor(ctx, c, cl, snap.Namespace, snap.Spec.Operator, snap.Spec.Release)
-	if err != nil {
-		return nil, err
-	}
-	if hdr.Namespace != "" {
-		opts.Namespace = hdr.Namespace
-	}
-	var buf bytes.Buffer
-	if _, err := snapshot.Capture(ctx, cl, opts, &buf); err != nil {
-		return nil, err
-	}
-	_, to, err := snapshot.ReadAll(&buf)
-	return to, err
+	return snapshot.CaptureLive(ctx, cl, hubReleases(c), snap, hdr)
 }
 
 func newSnapshotTakeCommand(h *hubFlags) *cobra.Command {

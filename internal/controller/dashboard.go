@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	certutil "k8s.io/client-go/util/cert"
@@ -18,7 +20,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/dashboard"
+	"github.com/rewind-dev/rewind/internal/member"
+	"github.com/rewind-dev/rewind/internal/release"
+	"github.com/rewind-dev/rewind/internal/snapshot"
 )
 
 // The dashboard authenticates each request with a TokenReview and authorises it with a
@@ -42,8 +48,11 @@ type dashboardServer struct {
 func (d *dashboardServer) NeedLeaderElection() bool { return false }
 
 // newDashboard builds the dashboard of o.DashboardNamespace, read with the controller's own
-// identity, and binds its address (so that a taken port fails the start).
-func newDashboard(cfg *rest.Config, o Options) (*dashboardServer, error) {
+// identity, and binds its address (so that a taken port fails the start). A snapshot's diff
+// against the live cluster captures the member with the controller's member access (members,
+// whose kubeconfigs hub reads), by the same code as `rewind snapshot diff --live`; like the
+// snapshot page it is on, it is shown only to users allowed to get snapshots in the namespace.
+func newDashboard(cfg *rest.Config, o Options, hub client.Reader, members *member.Cache) (*dashboardServer, error) {
 	if o.DashboardNamespace == "" {
 		return nil, errors.New("--dashboard-namespace is required with --dashboard-bind-address: the hub namespace whose rollouts the dashboard shows")
 	}
@@ -52,6 +61,24 @@ func newDashboard(cfg *rest.Config, o Options) (*dashboardServer, error) {
 		return nil, err
 	}
 	opts := dashboard.Options{Namespace: o.DashboardNamespace, Auth: &dashboard.Auth{Client: cs}}
+	readRelease := func(ctx context.Context, ns, name string) (*v1alpha1.OperatorRelease, []*unstructured.Unstructured, error) {
+		rel := &v1alpha1.OperatorRelease{}
+		if err := hub.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, rel); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, nil, fmt.Errorf("release %s not found in namespace %s: %w", name, ns, err)
+			}
+			return nil, nil, fmt.Errorf("reading release %s/%s: %w", ns, name, err)
+		}
+		objs, err := release.Manifests(ctx, hub, rel)
+		return rel, objs, err
+	}
+	opts.Live = func(ctx context.Context, snap *v1alpha1.Snapshot, hdr snapshot.Header) ([]snapshot.Entry, error) {
+		cl, err := members.Get(ctx, snap.Spec.Cluster)
+		if err != nil {
+			return nil, err
+		}
+		return snapshot.CaptureLive(ctx, cl, readRelease, snap, hdr)
+	}
 	if o.DashboardActions {
 		// Each action runs as the signed-in user, with their own token: the controller
 		// needs no right to change Rollouts, and the hub's audit log names the user.

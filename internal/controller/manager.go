@@ -174,11 +174,12 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return nil, err
 	}
-	if err := setupReconcilers(mgr, o); err != nil {
+	members, err := setupReconcilers(mgr, o)
+	if err != nil {
 		return nil, err
 	}
 	if dashboardEnabled(o) {
-		d, err := newDashboard(cfg, o)
+		d, err := newDashboard(cfg, o, hubReader{Client: mgr.GetClient(), reader: mgr.GetAPIReader()}, members)
 		if err != nil {
 			return nil, err
 		}
@@ -249,8 +250,8 @@ func durationOrNil(d time.Duration) *time.Duration {
 }
 
 // setupReconcilers registers every reconciler with the manager. They share one access layer
-// to the members and one cache of releases.
-func setupReconcilers(mgr ctrl.Manager, o Options) error {
+// to the members and one cache of releases; the members' access is returned for the dashboard.
+func setupReconcilers(mgr ctrl.Manager, o Options) (*member.Cache, error) {
 	hub := hubReader{Client: mgr.GetClient(), reader: mgr.GetAPIReader()}
 	// Member kubeconfig Secrets are read on every step of every cluster: from the manager's
 	// cache, which watches the labelled ones; another (unlabelled, or in a namespace the cache
@@ -259,37 +260,37 @@ func setupReconcilers(mgr ctrl.Manager, o Options) error {
 	releases := &release.Cache{}
 	probes := &member.Prober{Hub: mgr.GetClient(), Members: members, Interval: o.ProbeInterval, FailureThreshold: o.ProbeFailureThreshold}
 	if err := (&MemberClusterReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Members: members, Probes: probes}).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up the MemberCluster controller: %w", err)
+		return nil, fmt.Errorf("setting up the MemberCluster controller: %w", err)
 	}
 	if err := (&operatorrelease.Reconciler{Client: hub, Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("rewind-operatorrelease")}).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up the OperatorRelease controller: %w", err)
+		return nil, fmt.Errorf("setting up the OperatorRelease controller: %w", err)
 	}
 	ro := &rollout.Reconciler{Client: mgr.GetClient(), Hub: hub, Live: mgr.GetAPIReader(), Releases: releases, Recorder: mgr.GetEventRecorder("rewind-rollout")}
 	if err := ro.SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up the Rollout controller: %w", err)
+		return nil, fmt.Errorf("setting up the Rollout controller: %w", err)
 	}
 	tr := &target.Reconciler{Client: mgr.GetClient(), Hub: hub, APIReader: mgr.GetAPIReader(), Members: members, Probes: probes, Releases: releases,
 		Recorder: mgr.GetEventRecorder("rewind-rollout"), GatePoll: o.GatePoll, Workers: o.TargetWorkers, CrashAt: o.CrashAt,
 		Restores: target.NewMemoryBudget(o.RestoreMemory)}
 	if err := tr.SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up the RolloutTarget controller: %w", err)
+		return nil, fmt.Errorf("setting up the RolloutTarget controller: %w", err)
 	}
 	if err := (&notification.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up the notification controller: %w", err)
+		return nil, fmt.Errorf("setting up the notification controller: %w", err)
 	}
 	if err := (&notification.Deliverer{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), CrashAfterSend: o.NotifyCrashAfterSend}).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up the notification delivery controller: %w", err)
+		return nil, fmt.Errorf("setting up the notification delivery controller: %w", err)
 	}
 	if err := (&notification.PolicyReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up the NotificationPolicy controller: %w", err)
+		return nil, fmt.Errorf("setting up the NotificationPolicy controller: %w", err)
 	}
 	if err := (&SnapshotStoreReconciler{Client: hub}).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up the SnapshotStore controller: %w", err)
+		return nil, fmt.Errorf("setting up the SnapshotStore controller: %w", err)
 	}
 	if err := (&SnapshotScheduleReconciler{Client: hub, Members: members, Releases: releases}).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up the SnapshotSchedule controller: %w", err)
+		return nil, fmt.Errorf("setting up the SnapshotSchedule controller: %w", err)
 	}
-	return nil
+	return members, nil
 }
 
 // The manager's permissions in the hub (least privilege; the README's "Permissions" section
