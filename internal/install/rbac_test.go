@@ -44,7 +44,10 @@ func TestControllerIdentityHasExactlyItsPermissions(t *testing.T) {
 		{why: "never writes a Rollout's spec (GitOps owns it)", group: "rewind.dev", resource: "rollouts", verb: "update", ns: team},
 		{why: "creates RolloutTargets", group: "rewind.dev", resource: "rollouttargets", verb: "create", ns: team, allowed: true},
 		{why: "creates Snapshots", group: "rewind.dev", resource: "snapshots", verb: "create", ns: team, allowed: true},
-		{why: "never creates releases (people do)", group: "rewind.dev", resource: "operatorreleases", verb: "create", ns: team},
+		// Pull members: the hub copies the releases a target names into the member's hub
+		// namespace (internal/controller/target/pull.go), so the controller creates releases.
+		{why: "creates copies of releases for pull members", group: "rewind.dev", resource: "operatorreleases", verb: "create", ns: team, allowed: true},
+		{why: "never updates a release's spec (releases are immutable)", group: "rewind.dev", resource: "operatorreleases", verb: "update", ns: team},
 		{why: "records what it stored of a release from a source", group: "rewind.dev", resource: "operatorreleases", sub: "status", verb: "patch", ns: team, allowed: true},
 		{why: "reads a release's values ConfigMaps in an enabled namespace", resource: "configmaps", verb: "get", ns: team, allowed: true},
 		{why: "no ConfigMap in a namespace it is not enabled in", resource: "configmaps", verb: "get", ns: other},
