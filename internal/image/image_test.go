@@ -1,3 +1,9 @@
+//go:build !unit
+
+// Not in `make test-unit`: these tests build the controller binary (twice for
+// reproducibility), minutes on 2 cores with a cold build cache, past go test's 10-minute
+// default on a fresh clone; the unit lane is for pure logic. `make test` runs them.
+
 package image_test
 
 import (
