@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/rolloutaction"
 	"github.com/rewind-dev/rewind/internal/controller/target"
 )
 
@@ -196,17 +197,7 @@ func finalPhase(p string) bool {
 
 // listTargets returns a rollout's targets, by wave and cluster.
 func listTargets(ctx context.Context, c client.Client, ro *v1alpha1.Rollout) ([]v1alpha1.RolloutTarget, error) {
-	var list v1alpha1.RolloutTargetList
-	if err := c.List(ctx, &list, client.InNamespace(ro.Namespace), client.MatchingLabels{v1alpha1.LabelRollout: ro.Name}); err != nil {
-		return nil, fmt.Errorf("listing the targets of rollout %s: %w", ro.Name, err)
-	}
-	slices.SortFunc(list.Items, func(a, b v1alpha1.RolloutTarget) int {
-		if a.Spec.Wave != b.Spec.Wave {
-			return int(a.Spec.Wave - b.Spec.Wave)
-		}
-		return strings.Compare(a.Spec.Cluster, b.Spec.Cluster)
-	})
-	return list.Items, nil
+	return rolloutaction.Targets(ctx, c, ro)
 }
 
 func printRolloutStatus(out io.Writer, ro *v1alpha1.Rollout, targets []v1alpha1.RolloutTarget) {
