@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
-	"github.com/rewind-dev/rewind/internal/rolloutaction"
 	"github.com/rewind-dev/rewind/internal/controller/target"
+	"github.com/rewind-dev/rewind/internal/rolloutaction"
 )
 
 // getRollout reads the Rollout NAME of namespace ns.
