@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -567,12 +568,27 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&v1alpha1.RolloutTarget{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers})
 	if r.Local == "" {
+		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.RolloutTarget{}, indexCluster, func(o client.Object) []string {
+			if t := o.(*v1alpha1.RolloutTarget); !IsCopy(t) {
+				return []string{t.Spec.Cluster}
+			}
+			return nil
+		}); err != nil {
+			return fmt.Errorf("indexing RolloutTargets by spec.cluster: %w", err)
+		}
 		// A pull member's target follows its copy's status, and the member's heartbeat.
 		b = b.Watches(&v1alpha1.RolloutTarget{}, handler.EnqueueRequestsFromMapFunc(sourceOf)).
 			Watches(&v1alpha1.MemberCluster{}, handler.EnqueueRequestsFromMapFunc(r.targetsOf),
-				builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
-					return o.(*v1alpha1.MemberCluster).Spec.Mode == v1alpha1.ModePull
-				})))
+				builder.WithPredicates(predicate.Funcs{
+					CreateFunc: func(e event.CreateEvent) bool {
+						return e.Object.(*v1alpha1.MemberCluster).Spec.Mode == v1alpha1.ModePull
+					},
+					DeleteFunc: func(e event.DeleteEvent) bool {
+						return e.Object.(*v1alpha1.MemberCluster).Spec.Mode == v1alpha1.ModePull
+					},
+					UpdateFunc:  livenessChanged,
+					GenericFunc: func(event.GenericEvent) bool { return false },
+				}))
 	}
 	if r.Restores != nil {
 		// Restores waiting for memory are woken when their turn may have come.

@@ -14,10 +14,12 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/artifact"
+	"github.com/rewind-dev/rewind/internal/patch"
 	"github.com/rewind-dev/rewind/internal/release"
 )
 
@@ -119,17 +121,43 @@ func sourceOf(_ context.Context, o client.Object) []reconcile.Request {
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: l[v1alpha1.LabelSourceNamespace], Name: l[v1alpha1.LabelSourceName]}}}
 }
 
-// targetsOf maps a pull member to its targets (not their copies).
+// livenessChanged says whether an update of a MemberCluster matters to its targets: it is or
+// was a pull member and its mode or its Reachable condition changed. An agent's status writes
+// that change neither (its heartbeat, its inventory) do not wake its targets: at 1,000
+// members they would list the fleet's targets many times a second.
+func livenessChanged(e event.UpdateEvent) bool {
+	old, ok1 := e.ObjectOld.(*v1alpha1.MemberCluster)
+	cur, ok2 := e.ObjectNew.(*v1alpha1.MemberCluster)
+	if !ok1 || !ok2 {
+		return true
+	}
+	if old.Spec.Mode != v1alpha1.ModePull && cur.Spec.Mode != v1alpha1.ModePull {
+		return false
+	}
+	if old.Spec.Mode != cur.Spec.Mode {
+		return true
+	}
+	a := meta.FindStatusCondition(old.Status.Conditions, v1alpha1.ConditionReachable)
+	b := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReachable)
+	if a == nil || b == nil {
+		return a != b
+	}
+	return a.Status != b.Status || a.Reason != b.Reason || !a.LastTransitionTime.Equal(&b.LastTransitionTime)
+}
+
+// indexCluster indexes the hub's targets (not the copies) by spec.cluster.
+const indexCluster = "rewind.spec.cluster"
+
+// targetsOf maps a pull member to its targets (not their copies), from the cache's index.
 func (r *Reconciler) targetsOf(ctx context.Context, o client.Object) []reconcile.Request {
 	var list v1alpha1.RolloutTargetList
-	if err := r.Client.List(ctx, &list, client.MatchingLabels{v1alpha1.LabelCluster: o.GetName()}); err != nil {
+	if err := r.Client.List(ctx, &list, client.MatchingFields{indexCluster: o.GetName()}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing the targets of a pull member", "member", o.GetName())
 		return nil
 	}
-	var out []reconcile.Request
+	out := make([]reconcile.Request, 0, len(list.Items))
 	for _, t := range list.Items {
-		if !IsCopy(&t) {
-			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&t)})
-		}
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&t)})
 	}
 	return out
 }
@@ -140,13 +168,13 @@ func (r *Reconciler) relay(ctx context.Context, t *v1alpha1.RolloutTarget, mc *v
 	ns := v1alpha1.MemberNamespace(mc.Name)
 	key := client.ObjectKey{Namespace: ns, Name: CopyName(t)}
 	if !t.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, r.dropCopy(ctx, t)
+		return patch.Result(ctx, ctrl.Result{}, nil, r.dropCopy(ctx, t))
 	}
 	if !controllerutil.ContainsFinalizer(t, FinalizerMemberCopy) {
 		base := t.DeepCopy()
 		controllerutil.AddFinalizer(t, FinalizerMemberCopy)
 		if err := r.Client.Patch(ctx, t, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
-			return ctrl.Result{}, err // a conflict or a fault: tried again
+			return patch.Result(ctx, ctrl.Result{}, nil, err) // a conflict: soon again from a fresh read; a fault: with backoff
 		}
 	}
 	cp := &v1alpha1.RolloutTarget{}
@@ -160,7 +188,10 @@ func (r *Reconciler) relay(ctx context.Context, t *v1alpha1.RolloutTarget, mc *v
 			v1alpha1.LabelRollout: t.Spec.Rollout, v1alpha1.LabelCluster: t.Spec.Cluster,
 			v1alpha1.LabelSourceNamespace: t.Namespace, v1alpha1.LabelSourceName: t.Name,
 		}}, Spec: copySpec(t)}
-		if err := r.Client.Create(ctx, cp); err != nil {
+		if err := r.Client.Create(ctx, cp); apierrors.IsAlreadyExists(err) {
+			// The cache had not seen the copy yet: soon again, as after a conflict.
+			return ctrl.Result{RequeueAfter: patch.ConflictRequeue}, nil
+		} else if err != nil {
 			return ctrl.Result{}, fmt.Errorf("creating the copy %s of RolloutTarget %s/%s for pull member %s: %w", key, t.Namespace, t.Name, mc.Name, err)
 		}
 	case err != nil:
@@ -172,7 +203,9 @@ func (r *Reconciler) relay(ctx context.Context, t *v1alpha1.RolloutTarget, mc *v
 			}
 		}
 		cp.Spec = copySpec(t)
-		if err := r.Client.Update(ctx, cp); err != nil {
+		if err := r.Client.Update(ctx, cp); apierrors.IsConflict(err) {
+			return patch.Result(ctx, ctrl.Result{}, nil, err) // the agent wrote the copy's status since the cache saw it
+		} else if err != nil {
 			return ctrl.Result{}, fmt.Errorf("updating the copy %s of RolloutTarget %s/%s for pull member %s: %w", key, t.Namespace, t.Name, mc.Name, err)
 		}
 	}
@@ -185,7 +218,7 @@ func (r *Reconciler) relay(ctx context.Context, t *v1alpha1.RolloutTarget, mc *v
 		x.event(eventType(want.Phase), "Cluster"+want.Phase, "%s: %s", t.Spec.Cluster, want.Message)
 	}
 	t.Status = *want
-	return ctrl.Result{RequeueAfter: requeue}, x.patch(ctx)
+	return patch.Result(ctx, ctrl.Result{RequeueAfter: requeue}, nil, x.patch(ctx))
 }
 
 func eventType(phase string) string {

@@ -1,11 +1,18 @@
 package target
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 )
@@ -99,4 +106,103 @@ func TestCopyName(t *testing.T) {
 	if !IsCopy(&v1alpha1.RolloutTarget{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{v1alpha1.LabelSourceNamespace: "team-a"}}}) || IsCopy(tt) {
 		t.Error("IsCopy")
 	}
+}
+
+// TestLivenessChanged: a pull member's status writes that leave its Reachable condition as
+// it was (the agent's heartbeat every 30 s) do not wake its targets; a change of that
+// condition or of the mode does; a push member's writes never do.
+func TestLivenessChanged(t *testing.T) {
+	t0 := metav1.NewTime(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
+	mk := func(mode string, status metav1.ConditionStatus, reason string, since metav1.Time, heartbeat string) *v1alpha1.MemberCluster {
+		mc := &v1alpha1.MemberCluster{Spec: v1alpha1.MemberClusterSpec{Mode: mode}}
+		mc.Annotations = map[string]string{"beat": heartbeat}
+		if status != "" {
+			mc.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionReachable, Status: status, Reason: reason, LastTransitionTime: since, Message: "heartbeat " + heartbeat}}
+		}
+		return mc
+	}
+	later := metav1.NewTime(t0.Add(time.Minute))
+	for _, tc := range []struct {
+		name     string
+		old, cur *v1alpha1.MemberCluster
+		want     bool
+	}{
+		{"a heartbeat", mk(v1alpha1.ModePull, metav1.ConditionTrue, "AgentHeartbeat", t0, "1"), mk(v1alpha1.ModePull, metav1.ConditionTrue, "AgentHeartbeat", t0, "2"), false},
+		{"the agent lost", mk(v1alpha1.ModePull, metav1.ConditionTrue, "AgentHeartbeat", t0, "1"), mk(v1alpha1.ModePull, metav1.ConditionUnknown, "AgentHeartbeatLost", later, "1"), true},
+		{"the agent back", mk(v1alpha1.ModePull, metav1.ConditionUnknown, "AgentHeartbeatLost", t0, "1"), mk(v1alpha1.ModePull, metav1.ConditionTrue, "AgentHeartbeat", later, "2"), true},
+		{"first heard from", mk(v1alpha1.ModePull, "", "", t0, "0"), mk(v1alpha1.ModePull, metav1.ConditionTrue, "AgentHeartbeat", t0, "1"), true},
+		{"a new reason", mk(v1alpha1.ModePull, metav1.ConditionFalse, "A", t0, "1"), mk(v1alpha1.ModePull, metav1.ConditionFalse, "B", t0, "1"), true},
+		{"push to pull", mk(v1alpha1.ModePush, metav1.ConditionTrue, "Probe", t0, "1"), mk(v1alpha1.ModePull, metav1.ConditionTrue, "Probe", t0, "1"), true},
+		{"pull to push", mk(v1alpha1.ModePull, metav1.ConditionTrue, "Probe", t0, "1"), mk(v1alpha1.ModePush, metav1.ConditionTrue, "Probe", t0, "1"), true},
+		{"a push member's probe", mk(v1alpha1.ModePush, metav1.ConditionTrue, "Probe", t0, "1"), mk(v1alpha1.ModePush, metav1.ConditionFalse, "Probe", later, "2"), false},
+	} {
+		if got := livenessChanged(event.UpdateEvent{ObjectOld: tc.old, ObjectNew: tc.cur}); got != tc.want {
+			t.Errorf("%s: livenessChanged %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestRelayFoldsConflicts: a relay that meets a conflict (its read of the target or the copy
+// was behind: the agent writes the copy's status, the hub the target's) runs again soon from a
+// fresh read, as every status write does, instead of returning an error: the error made the
+// workqueue back off exponentially, per target, up to minutes at 1,000 members.
+func TestRelayFoldsConflicts(t *testing.T) {
+	scheme := runtime.NewScheme()
+	_ = v1alpha1.AddToScheme(scheme)
+	mc := &v1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: "edge"}, Spec: v1alpha1.MemberClusterSpec{Mode: v1alpha1.ModePull}}
+	spec := v1alpha1.RolloutTargetSpec{Rollout: "ro", Cluster: "edge", Revision: 2, Path: v1alpha1.PathUpgrade, Start: true}
+	tgt := &v1alpha1.RolloutTarget{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "ro-edge"}, Spec: spec}
+	hub := fake.NewClientBuilder().WithScheme(scheme).WithObjects(mc, tgt).WithStatusSubresource(&v1alpha1.RolloutTarget{}).Build()
+	r := &Reconciler{Client: hub, Hub: hub, APIReader: hub}
+	ctx := context.Background()
+
+	// The finalizer write from a stale read.
+	stale := &v1alpha1.RolloutTarget{}
+	if err := hub.Get(ctx, client.ObjectKeyFromObject(tgt), stale); err != nil {
+		t.Fatal(err)
+	}
+	fresh := stale.DeepCopy()
+	fresh.Annotations = map[string]string{"touched": "by someone else"}
+	if err := hub.Update(ctx, fresh); err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.relay(ctx, stale, mc)
+	if err != nil || res.RequeueAfter <= 0 || res.RequeueAfter > time.Second {
+		t.Fatalf("a conflicting finalizer write: result %+v, error %v; want a requeue within a second and no error", res, err)
+	}
+
+	// The copy's spec update from a stale read of the copy.
+	cur := &v1alpha1.RolloutTarget{}
+	if err := hub.Get(ctx, client.ObjectKeyFromObject(tgt), cur); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.relay(ctx, cur, mc); err != nil {
+		t.Fatalf("relay: %v", err)
+	}
+	cp := &v1alpha1.RolloutTarget{}
+	if err := hub.Get(ctx, client.ObjectKey{Namespace: v1alpha1.MemberNamespace("edge"), Name: CopyName(tgt)}, cp); err != nil {
+		t.Fatalf("the copy was not written: %v", err)
+	}
+	stalled := &conflictOnce{Client: hub}
+	r.Client = stalled
+	cur.Spec.Revision = 3
+	res, err = r.relay(ctx, cur, mc)
+	if !stalled.hit || err != nil || res.RequeueAfter <= 0 || res.RequeueAfter > time.Second {
+		t.Fatalf("a conflicting copy update (hit %v): result %+v, error %v; want a requeue within a second and no error", stalled.hit, res, err)
+	}
+}
+
+// conflictOnce answers the first Update with the API's 409 Conflict, as the API server does
+// when the copy changed since it was read.
+type conflictOnce struct {
+	client.Client
+	hit bool
+}
+
+func (c *conflictOnce) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
+	if !c.hit {
+		c.hit = true
+		return apierrors.NewConflict(v1alpha1.GroupVersion.WithResource("rollouttargets").GroupResource(), obj.GetName(), errors.New("the object has been modified"))
+	}
+	return c.Client.Update(ctx, obj, opts...)
 }
