@@ -311,33 +311,34 @@ func boundList(mc *v1alpha1.MemberCluster) string {
 	return strings.Join(mc.Spec.BoundNamespaces, ", ")
 }
 
-// snapshots lists the complete snapshots this rollout took.
+// snapshots lists the complete snapshots this rollout took: in its namespace, and (a pull
+// member's agent takes its snapshots in the member's hub namespace) in its pull members'
+// namespaces. One list of the operator's snapshots in every namespace, not one per member.
 func (r *Reconciler) snapshots(ctx context.Context, ro *v1alpha1.Rollout) ([]SnapshotRef, error) {
-	var list v1alpha1.SnapshotList
-	if err := r.Hub.List(ctx, &list, client.InNamespace(ro.Namespace), client.MatchingLabels{snapshot.LabelOperator: ro.Spec.Operator}); err != nil {
-		return nil, fmt.Errorf("listing the rollout's snapshots: %w", err)
-	}
-	// A pull member's agent takes its snapshots in the member's hub namespace.
 	var members v1alpha1.MemberClusterList
 	if err := r.Client.List(ctx, &members); err != nil {
 		return nil, fmt.Errorf("listing MemberClusters: %w", err)
 	}
+	pullNamespace := map[string]string{} // namespace -> its pull member
 	for _, mc := range members.Items {
-		if mc.Spec.Mode != v1alpha1.ModePull {
-			continue
-		}
-		var more v1alpha1.SnapshotList
-		if err := r.Hub.List(ctx, &more, client.InNamespace(v1alpha1.MemberNamespace(mc.Name)), client.MatchingLabels{snapshot.LabelOperator: ro.Spec.Operator}); err != nil {
-			return nil, fmt.Errorf("listing the rollout's snapshots of pull member %s: %w", mc.Name, err)
-		}
-		for _, sn := range more.Items {
-			if sn.Spec.Cluster == mc.Name {
-				list.Items = append(list.Items, sn)
-			}
+		if mc.Spec.Mode == v1alpha1.ModePull {
+			pullNamespace[v1alpha1.MemberNamespace(mc.Name)] = mc.Name
 		}
 	}
+	opts := []client.ListOption{client.MatchingLabels{snapshot.LabelOperator: ro.Spec.Operator}}
+	if len(pullNamespace) == 0 {
+		opts = append(opts, client.InNamespace(ro.Namespace))
+	}
+	var all v1alpha1.SnapshotList
+	if err := r.Hub.List(ctx, &all, opts...); err != nil {
+		return nil, fmt.Errorf("listing the rollout's snapshots: %w", err)
+	}
 	var out []SnapshotRef
-	for _, sn := range list.Items {
+	for _, sn := range all.Items {
+		// A snapshot in a pull member's namespace counts only for that member.
+		if sn.Namespace != ro.Namespace && (pullNamespace[sn.Namespace] == "" || pullNamespace[sn.Namespace] != sn.Spec.Cluster) {
+			continue
+		}
 		if sn.Spec.Rollout != ro.Namespace+"/"+ro.Name || !meta.IsStatusConditionTrue(sn.Status.Conditions, v1alpha1.ConditionReady) {
 			continue
 		}
