@@ -147,7 +147,7 @@ func BenchmarkHub(b *testing.B) {
 			return err
 		}
 		mc := &v1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: m, Labels: map[string]string{"wave": strconv.Itoa(waveOf(i - 1))}},
-			Spec: v1alpha1.MemberClusterSpec{Mode: v1alpha1.ModePull}}
+			Spec: v1alpha1.MemberClusterSpec{Mode: v1alpha1.ModePull, BoundNamespaces: []string{ns}}}
 		return client.IgnoreAlreadyExists(admin.Create(ctx, mc))
 	})
 	if err != nil {

@@ -77,6 +77,49 @@ func TestMissingReleaseStallsThenRecovers(t *testing.T) {
 	}
 }
 
+// A rollout whose only wave selects members by a label no member has yet stalls (InvalidSpec);
+// labelling a member is a change of the member, not of the Rollout, and the rollout goes on by
+// itself. (Before, only a change of a member's spec woke a stalled Rollout: the label was seen
+// at the next resync, hours later.)
+func TestLabellingAMemberStartsARolloutStalledOnItsWaves(t *testing.T) {
+	key := "wave.e2e.rewind.dev/" + strings.TrimPrefix(t.Name(), "Test")[:40]
+	f := newFleet(t, []v1alpha1.Wave{{Name: "labelled", MaxConcurrency: 1,
+		Selector: &metav1.LabelSelector{MatchLabels: map[string]string{key: "yes"}}}})
+	f.SetRelease("mysql-a", nil)
+	startManager(t, f.NS, nil)
+	f.WaitCondition(v1alpha1.ConditionStalled, metav1.ConditionTrue, v1alpha1.ReasonInvalidSpec, time.Minute)
+	label := func(value *string) error {
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			mc := &v1alpha1.MemberCluster{}
+			if err := hub(t).Get(context.Background(), client.ObjectKey{Name: suite.Env.Members[0].Name}, mc); err != nil {
+				return err
+			}
+			if value == nil {
+				delete(mc.Labels, key)
+			} else {
+				if mc.Labels == nil {
+					mc.Labels = map[string]string{}
+				}
+				mc.Labels[key] = *value
+			}
+			return hub(t).Update(context.Background(), mc)
+		})
+	}
+	t.Cleanup(func() {
+		if err := label(nil); err != nil {
+			t.Errorf("removing the label %s: %v", key, err)
+		}
+	})
+	yes := "yes"
+	if err := label(&yes); err != nil {
+		t.Fatal(err)
+	}
+	ro := f.WaitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	if ro.Status.Targets.Total != 1 {
+		t.Errorf("the labelled member only: %+v", ro.Status.Targets)
+	}
+}
+
 // An approval belongs to one revision: the next release waits for its own.
 func TestApprovalsBelongToOneRevision(t *testing.T) {
 	waves := waves2()
