@@ -79,8 +79,7 @@ func TestMissingReleaseStallsThenRecovers(t *testing.T) {
 
 // A rollout whose only wave selects members by a label no member has yet stalls (InvalidSpec);
 // labelling a member is a change of the member, not of the Rollout, and the rollout goes on by
-// itself. (Before, only a change of a member's spec woke a stalled Rollout: the label was seen
-// at the next resync, hours later.)
+// itself, on the stall's retry.
 func TestLabellingAMemberStartsARolloutStalledOnItsWaves(t *testing.T) {
 	key := "wave.e2e.rewind.dev/" + strings.TrimPrefix(t.Name(), "Test")[:40]
 	f := newFleet(t, []v1alpha1.Wave{{Name: "labelled", MaxConcurrency: 1,

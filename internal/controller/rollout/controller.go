@@ -534,10 +534,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&v1alpha1.RolloutTarget{}).
 		// A release created after the Rollout that asks for it (it was Stalled) starts it.
 		Watches(&v1alpha1.OperatorRelease{}, handler.EnqueueRequestsFromMapFunc(r.rolloutsOf)).
-		// A member bound to a namespace (spec.boundNamespaces), or labelled to match a wave,
-		// starts the Rollouts stalled on it.
+		// A member bound to a namespace (spec.boundNamespaces) starts the Rollouts stalled on it.
 		Watches(&v1alpha1.MemberCluster{}, handler.EnqueueRequestsFromMapFunc(r.stalledRollouts),
-			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Complete(r)
 }
