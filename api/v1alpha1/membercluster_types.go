@@ -236,7 +236,9 @@ type AgentStatus struct {
 	// renews it well before then.
 	// +optional
 	CredentialExpiresAt *metav1.Time `json:"credentialExpiresAt,omitempty"`
-	// lastHeartbeatTime is the last renewal of the agent's Lease the controller saw.
+	// lastHeartbeatTime is the last renewal of the agent's Lease the controller saw. It looks
+	// when the renewal it saw before would run out (the member's unreachableTimeout), not at
+	// every renewal: the Lease rewind-agent in the member's hub namespace has the latest.
 	// +optional
 	LastHeartbeatTime *metav1.Time `json:"lastHeartbeatTime,omitempty"`
 }

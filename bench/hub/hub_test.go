@@ -46,6 +46,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/agent"
 	"github.com/rewind-dev/rewind/internal/controller/target"
 	"github.com/rewind-dev/rewind/internal/testbed"
 	"github.com/rewind-dev/rewind/internal/testbed/testenv"
@@ -73,9 +74,9 @@ var (
 	members = envInt("REWIND_HUB_MEMBERS", 1000)
 	// agentQPS is the agents' stand-in's request budget on the hub (REWIND_HUB_AGENT_QPS).
 	agentQPS = envInt("REWIND_HUB_AGENT_QPS", 400)
-	// heartbeat is the agents' Lease renewal interval (REWIND_HUB_HEARTBEAT, the agent's
-	// default 10s).
-	heartbeat = envDuration("REWIND_HUB_HEARTBEAT", 10*time.Second)
+	// heartbeat is the agents' Lease renewal interval (REWIND_HUB_HEARTBEAT, default the
+	// agent's own default).
+	heartbeat = envDuration("REWIND_HUB_HEARTBEAT", agent.DefaultHeartbeatInterval)
 	// stepTime is each simulated upgrade step's time (REWIND_HUB_STEP, default 1s: about 6 s
 	// an upgrade); restoreTime the simulated Restore step's (REWIND_HUB_RESTORE, 20s).
 	stepTime    = envDuration("REWIND_HUB_STEP", time.Second)

@@ -54,7 +54,11 @@ func (r *MemberClusterReconciler) checkPull(ctx context.Context, mc *v1alpha1.Me
 	for _, c := range conds {
 		meta.SetStatusCondition(&mc.Status.Conditions, c)
 	}
-	if wait > 0 && wait < interval {
+	if wait > 0 {
+		// The agent's heartbeat is fresh: nothing can change before its grace period ends
+		// (a Lease renewal only moves that end later), so the next check is then, not every
+		// checkInterval: at 1,000 members a check every 30 s was 33 reads and 33 status
+		// writes a second on the hub.
 		interval = wait
 	}
 	return ctrl.Result{RequeueAfter: interval}, nil

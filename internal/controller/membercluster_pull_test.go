@@ -1,13 +1,21 @@
 package controller
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/join"
 )
 
 func TestPullConditions(t *testing.T) {
@@ -71,5 +79,40 @@ func TestPullConditions(t *testing.T) {
 				t.Errorf("look again in %s, want %s", wait, tc.wait)
 			}
 		})
+	}
+}
+
+// TestPullCheckWaitsForTheHeartbeatDeadline: with a fresh Lease the hub checks a pull member
+// again when its grace period would end, not every checkInterval: nothing can make it
+// unreachable before then. At 1,000 members a check every 30 s cost 33 Lease reads and 33
+// status writes a second on the hub. With the Lease lost the check is every checkInterval,
+// to see the agent come back.
+func TestPullCheckWaitsForTheHeartbeatDeadline(t *testing.T) {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = v1alpha1.AddToScheme(s)
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name  string
+		renew time.Duration // ago
+		want  time.Duration
+	}{
+		{"fresh", 10 * time.Second, 3*time.Minute - 10*time.Second},
+		{"lost", 5 * time.Minute, 30 * time.Second},
+	} {
+		mc := &v1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: "edge-1"}, Spec: v1alpha1.MemberClusterSpec{Mode: v1alpha1.ModePull},
+			Status: v1alpha1.MemberClusterStatus{Agent: &v1alpha1.AgentStatus{JoinedAt: &metav1.Time{Time: now.Add(-time.Hour)}}, ClusterID: "uid-1"}}
+		renew := metav1.NewMicroTime(now.Add(-tc.renew))
+		lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: v1alpha1.MemberNamespace("edge-1"), Name: join.AgentLease},
+			Spec: coordinationv1.LeaseSpec{RenewTime: &renew}}
+		c := fake.NewClientBuilder().WithScheme(s).WithObjects(mc, lease).WithStatusSubresource(mc).Build()
+		r := &MemberClusterReconciler{Client: c, Now: func() time.Time { return now }}
+		res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(mc)})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if res.RequeueAfter != tc.want {
+			t.Errorf("%s Lease: next check after %s, want %s", tc.name, res.RequeueAfter, tc.want)
+		}
 	}
 }
