@@ -58,11 +58,12 @@ generate: $(CRD_REF_DOCS) ## Regenerate deepcopy code, CRDs and RBAC (controller
 	@# config/crd lists every generated CRD (rewind install and config/default render it).
 	{ sed -n '1,/^resources:/p' config/crd/kustomization.yaml; for f in $$(LC_ALL=C ls config/crd/bases/*.yaml); do echo "- bases/$${f##*/}"; done; } > config/crd/kustomization.yaml.new
 	mv config/crd/kustomization.yaml.new config/crd/kustomization.yaml
-	@# The Helm chart carries copies of the generated CRDs and roles and of the alerts.
+	@# The Helm chart carries copies of the generated CRDs and roles, of the member role and of the alerts.
 	rm -f charts/rewind/files/crds/*.yaml
 	cp config/crd/bases/*.yaml charts/rewind/files/crds/
 	cp config/rbac/role.yaml charts/rewind/files/rbac/role.yaml
 	cp config/rbac/namespace/role.yaml charts/rewind/files/rbac/namespace-role.yaml
+	cp config/member/role.yaml charts/rewind/files/member/role.yaml
 	cp config/prometheus/prometheus_rule.yaml charts/rewind/files/prometheus/prometheus_rule.yaml
 	@# The API reference, from the Go types' doc comments and markers.
 	$(CRD_REF_DOCS) --source-path=./api/v1alpha1 --config=hack/api-docs/config.yaml --renderer=markdown \

@@ -38,7 +38,11 @@ The bootstrap token is written, in a kubeconfig for the hub, to --bootstrap-kube
 0600; it is never printed). It is good for one exchange, before --bootstrap-ttl ends: the
 agent trades it for its own credential, which it renews before it expires, and the hub refuses
 it afterwards. Running join again replaces the token (the earlier one is refused) and keeps
-the agent's credential, if an agent joined. 'clusters leave NAME' revokes everything.`,
+the agent's credential, if an agent joined. 'clusters leave NAME' revokes everything.
+
+It prints how to start the agent: the 'agent' command, or the Helm chart in agent mode
+(charts/rewind with agent.enabled, or kustomize's config/agent), which runs it as a pod in the
+member with the bootstrap kubeconfig in the Secret rewind-system/rewind-agent-bootstrap.`,
 		Example: `  rewind clusters join edge-berlin-7 --bootstrap-kubeconfig edge-berlin-7.bootstrap.yaml --label env=edge --bind team-db
   # the member reaches the hub at another address than this kubeconfig's; a day to install it
   rewind clusters join store-0042 --bootstrap-kubeconfig store-0042.yaml --hub-server https://hub.example.com:6443 \
@@ -105,6 +109,10 @@ the agent's credential, if an agent joined. 'clusters leave NAME' revokes everyt
 			fmt.Fprintf(out, "run the agent in the member (with the member's kubeconfig, or its in-cluster identity):\n")
 			fmt.Fprintf(out, "  %s agent --cluster %s --bootstrap-kubeconfig %s --credential-file %s-agent-credential.json --member-kubeconfig MEMBER.yaml\n",
 				h.prog, name, file, name)
+			fmt.Fprintf(out, "or as a pod in the member (its kubectl context), with the Helm chart:\n")
+			for _, line := range agentChartInstall(name, file) {
+				fmt.Fprintf(out, "  %s\n", line)
+			}
 			return nil
 		},
 	}
@@ -115,6 +123,16 @@ the agent's credential, if an agent joined. 'clusters leave NAME' revokes everyt
 	cmd.Flags().StringArrayVar(&bind, "bind", nil, "hub NAMESPACE whose Rollouts may target the member (repeatable; spec.boundNamespaces)")
 	requireFlags(cmd, "bootstrap-kubeconfig")
 	return cmd
+}
+
+// agentChartInstall are the commands that install the agent of member name in the member with
+// charts/rewind (agent mode), given the bootstrap kubeconfig file join wrote.
+func agentChartInstall(name, file string) []string {
+	return []string{
+		"kubectl create namespace rewind-system",
+		"kubectl -n rewind-system create secret generic rewind-agent-bootstrap --from-file=bootstrap.yaml=" + file,
+		"helm install rewind-agent charts/rewind -n rewind-system --set agent.enabled=true --set agent.clusterName=" + name,
+	}
 }
 
 // bootstrapKubeconfig is a kubeconfig for the hub (server and CA of cfg, or server) in the

@@ -5,18 +5,26 @@ package cli
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/strvals"
+	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -382,5 +390,99 @@ func TestAgentCredentialIsolation(t *testing.T) {
 	}
 	if err := ca.Get(ctx, client.ObjectKey{Name: a}, &v1alpha1.MemberCluster{}); err != nil {
 		t.Errorf("reading its own MemberCluster: %v", err)
+	}
+}
+
+// TestJoinPrintsTheChartInstall: join prints, beside the agent command, the commands that run
+// the agent as a pod with the Helm chart. The printed values render this member's agent with
+// the Helm SDK, and the Secret the printed kubectl creates, with the file join wrote under the
+// key the agent reads, is the one the chart mounts.
+func TestJoinPrintsTheChartInstall(t *testing.T) {
+	const name = "join-edge-chart"
+	file := filepath.Join(t.TempDir(), name+".bootstrap.yaml")
+	out, err := run(t.Context(), "clusters", "join", name, "--bootstrap-kubeconfig", file, "--kubeconfig", env.Hub.Kubeconfig)
+	c := hubClient(t)
+	t.Cleanup(func() { _, _ = join.Leave(context.Background(), c, name) })
+	if err != nil {
+		t.Fatalf("clusters join %s: %v\n%s", name, err, out)
+	}
+	var helmArgs, secretArgs []string
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		switch {
+		case len(f) > 2 && f[0] == "helm" && f[1] == "install":
+			helmArgs = f
+		case len(f) > 5 && f[0] == "kubectl" && slices.Contains(f, "secret"):
+			secretArgs = f
+		}
+	}
+	if len(helmArgs) < 4 || helmArgs[3] != "charts/rewind" || len(secretArgs) == 0 {
+		t.Fatalf("join must print the chart's agent install (helm install ... charts/rewind, and the Secret for it):\n%s", out)
+	}
+	ns, vals := "", map[string]any{}
+	for i := 4; i+1 < len(helmArgs); i++ {
+		switch helmArgs[i] {
+		case "-n", "--namespace":
+			ns = helmArgs[i+1]
+		case "--set":
+			if err := strvals.ParseInto(helmArgs[i+1], vals); err != nil {
+				t.Fatalf("the printed --set %s: %v", helmArgs[i+1], err)
+			}
+		}
+	}
+	chrt, err := loader.Load(filepath.Join("..", "..", "charts", "rewind"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst := action.NewInstall(&action.Configuration{Log: func(string, ...any) {}})
+	inst.ClientOnly, inst.DryRun = true, true
+	inst.ReleaseName, inst.Namespace = helmArgs[2], ns
+	inst.KubeVersion = &chartutil.KubeVersion{Version: "v1.37.2", Major: "1", Minor: "37"}
+	rel, err := inst.Run(chrt, vals)
+	if err != nil {
+		t.Fatalf("the printed chart install does not render: %v\n%s", err, out)
+	}
+	var agent *appsv1.Deployment
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(rel.Manifest), 4096)
+	for {
+		var d appsv1.Deployment
+		if err := dec.Decode(&d); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			t.Fatal(err)
+		}
+		if d.Kind == "Deployment" {
+			if agent != nil || d.Name != "rewind-agent" {
+				t.Fatalf("the printed chart install renders Deployment %s besides the agent's", d.Name)
+			}
+			agent = &d
+		}
+	}
+	if agent == nil {
+		t.Fatalf("the printed chart install renders no agent:\n%s", rel.Manifest)
+	}
+	pod := agent.Spec.Template.Spec
+	if env := pod.Containers[0].Env; len(env) != 1 || env[0].Name != "CLUSTER" || env[0].Value != name {
+		t.Errorf("the printed chart install runs the agent with %+v, want CLUSTER=%s", env, name)
+	}
+	// kubectl -n NS create secret generic NAME --from-file=KEY=FILE
+	secretNS, secretName, fromFile := "", "", ""
+	for i, a := range secretArgs {
+		switch {
+		case a == "-n" && i+1 < len(secretArgs):
+			secretNS = secretArgs[i+1]
+		case a == "generic" && i+1 < len(secretArgs):
+			secretName = secretArgs[i+1]
+		case strings.HasPrefix(a, "--from-file="):
+			fromFile = strings.TrimPrefix(a, "--from-file=")
+		}
+	}
+	mounted := false
+	for _, v := range pod.Volumes {
+		mounted = mounted || (v.Secret != nil && v.Secret.SecretName == secretName)
+	}
+	if secretNS != ns || !mounted || fromFile != "bootstrap.yaml="+file || !slices.Contains(pod.Containers[0].Args, "--bootstrap-kubeconfig=/etc/rewind/bootstrap/bootstrap.yaml") {
+		t.Errorf("the printed Secret %s/%s (--from-file=%s) is not what the chart's agent in %s mounts and reads: %+v %v", secretNS, secretName, fromFile, ns, pod.Volumes, pod.Containers[0].Args)
 	}
 }

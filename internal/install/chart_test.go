@@ -24,11 +24,7 @@ import (
 // ns with vals.
 func helmTemplate(t *testing.T, ns string, vals map[string]any) ([]*unstructured.Unstructured, error) {
 	t.Helper()
-	dir, err := filepath.Abs(filepath.Join("..", "..", "charts", "rewind"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	chrt, err := loader.Load(dir)
+	chrt, err := loader.Load(chartDir(t))
 	if err != nil {
 		t.Fatalf("loading the chart: %v", err)
 	}
@@ -42,6 +38,16 @@ func helmTemplate(t *testing.T, ns string, vals map[string]any) ([]*unstructured
 		return nil, err
 	}
 	return decodeYAML(t, rel.Manifest), nil
+}
+
+// chartDir is charts/rewind.
+func chartDir(t *testing.T) string {
+	t.Helper()
+	dir, err := filepath.Abs(filepath.Join("..", "..", "charts", "rewind"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 func rulesOf(t *testing.T, u *unstructured.Unstructured) []rbacv1.PolicyRule {
