@@ -1,3 +1,9 @@
+//go:build !unit
+
+// The test builds the rewind CLI (about 200 packages): on a fresh clone with a cold build cache
+// and a busy machine that passed go test's 10-minute default inside make test-unit, so it runs
+// in make test, not in the unit lane.
+
 package version_test
 
 import (
