@@ -611,6 +611,9 @@ func perCluster(before, after map[string]float64) string {
 			total += d
 		}
 	}
+	if len(parts) == 0 {
+		return "0"
+	}
 	return fmt.Sprintf("%.0f (%s)", total, strings.Join(parts, ", "))
 }
 
@@ -883,7 +886,9 @@ func BenchmarkFleet(b *testing.B) {
 	base.upgraded = upgradeResult(upgraded)
 	base.waited = w.waited
 	stopProfile()
-	breakdownA := cpuBreakdown(timesBefore, cpuTimes(p))
+	timesA := cpuTimes(p)
+	breakdownA := cpuBreakdown(timesBefore, timesA)
+	hubAPIUp := timesA["kube-apiserver (hub)"] - timesBefore["kube-apiserver (hub)"]
 	reqAfter, memberAfter := p.requests(b)
 	reqUpgrade, memberUpgrade := reqAfter-reqBefore, perCluster(memberBefore, memberAfter)
 	cpuA, busyA, wallA := p.cpuSeconds()-cpuBefore, machineBusy()-busyBefore, time.Since(wallBefore)
@@ -899,7 +904,7 @@ func BenchmarkFleet(b *testing.B) {
 	// the others pass, the last fails its gate, and RollbackAll restores every cluster.
 	markNodes(b, env.Members[len(env.Members)-1])
 	reqBefore, memberBefore = p.requests(b)
-	pickyStart, pickyCPU := time.Now(), p.cpuSeconds()
+	pickyStart, timesPicky := time.Now(), cpuTimes(p)
 	setRelease(b, hub, ns, "fleet", "mysql-picky")
 	w = watch(hub, ns, "fleet")
 	w.until(b, 10*time.Minute, "mysql-picky", func(ro *v1alpha1.Rollout) bool { return ro.Status.Phase == v1alpha1.RolloutRollingBack })
@@ -910,7 +915,8 @@ func BenchmarkFleet(b *testing.B) {
 	stopProfile()
 	timesB := cpuTimes(p)
 	breakdownB := cpuBreakdown(timesBefore, timesB)
-	push := modeFigures{upgradeCPU: cpuA, backCPU: timesB["controller"] - pickyCPU, restoreCPU: timesB["controller"] - timesBefore["controller"]}
+	push := modeFigures{upgradeCPU: cpuA, backCPU: timesB["controller"] - timesPicky["controller"], restoreCPU: timesB["controller"] - timesBefore["controller"],
+		hubAPIUp: hubAPIUp, hubAPIBack: timesB["kube-apiserver (hub)"] - timesPicky["kube-apiserver (hub)"]}
 	reqAfter, memberAfter = p.requests(b)
 	reqRollback, memberRollback := reqAfter-reqBefore, perCluster(memberBefore, memberAfter)
 	push.hubUp, push.hubBack, push.memberUp, push.memberBack = reqUpgrade, reqRollback, memberUpgrade, memberRollback

@@ -40,6 +40,8 @@ type modeFigures struct {
 	// seen Succeeded; backCPU from setting mysql-picky to the Rollout seen RolledBack;
 	// restoreCPU the part of backCPU from RollingBack seen to RolledBack seen.
 	upgradeCPU, backCPU, restoreCPU float64
+	// hubAPIUp and hubAPIBack are the hub kube-apiserver's CPU seconds in the same windows.
+	hubAPIUp, hubAPIBack float64
 	// hubUp and hubBack are the hub API requests the controller made in those windows.
 	hubUp, hubBack float64
 	// memberUp and memberBack are the member API requests the controller made (perCluster).
@@ -222,6 +224,8 @@ func pullMode(b *testing.B, hub client.Client, p *controllerProcess, pushNS stri
 
 	pull.upgradeCPU, pull.backCPU, pull.restoreCPU = r1.times["controller"]-r0.times["controller"], r3.times["controller"]-r1.times["controller"], r3.times["controller"]-r2.times["controller"]
 	pull.hubUp, pull.hubBack = r1.hub-r0.hub, r3.hub-r1.hub
+	const hubAPI = "kube-apiserver (hub)"
+	pull.hubAPIUp, pull.hubAPIBack = r1.times[hubAPI]-r0.times[hubAPI], r3.times[hubAPI]-r1.times[hubAPI]
 	pull.memberUp, pull.memberBack = perCluster(r0.members, r1.members), perCluster(r1.members, r3.members)
 	agentUp, agentBack, agentRestore := r1.times["agents (members)"]-r0.times["agents (members)"], r3.times["agents (members)"]-r1.times["agents (members)"], r3.times["agents (members)"]-r2.times["agents (members)"]
 
@@ -243,6 +247,8 @@ func pullMode(b *testing.B, hub client.Client, p *controllerProcess, pushNS stri
 	row("agents' CPU seconds, upgrade (in their members; push mode has none)", 0, agentUp/n, "%.3f")
 	row("agents' CPU seconds, failed release and its RollbackAll", 0, agentBack/n, "%.3f")
 	row("  of which the restores", 0, agentRestore/n, "%.3f")
+	row("hub kube-apiserver CPU seconds, upgrade", push.hubAPIUp/n, pull.hubAPIUp/n, "%.3f")
+	row("hub kube-apiserver CPU seconds, failed release and its RollbackAll", push.hubAPIBack/n, pull.hubAPIBack/n, "%.3f")
 	row("hub API requests by the controller, upgrade", push.hubUp/n, pull.hubUp/n, "%.0f")
 	row("hub API requests by the controller, failed release and its RollbackAll", push.hubBack/n, pull.hubBack/n, "%.0f")
 	row("hub API requests by the agents, upgrade (push mode has none)", 0, (r1.agentHub-r0.agentHub)/n, "%.0f")
@@ -309,7 +315,8 @@ func retirePush(b *testing.B, hub client.Client, ns string) *v1alpha1.OperatorRe
 	if err := hub.Delete(ctx, ro); err != nil {
 		b.Fatal(err)
 	}
-	if err := hub.DeleteAllOf(ctx, &v1alpha1.RolloutTarget{}, client.InNamespace(ns), client.MatchingLabels{v1alpha1.LabelRollout: "fleet"}); err != nil {
+	// Every target of the namespace: "solo"'s, deleted before (a), are still there too.
+	if err := hub.DeleteAllOf(ctx, &v1alpha1.RolloutTarget{}, client.InNamespace(ns)); err != nil {
 		b.Fatal(err)
 	}
 	for _, m := range env.Members {
@@ -320,6 +327,7 @@ func retirePush(b *testing.B, hub client.Client, ns string) *v1alpha1.OperatorRe
 			b.Fatal(err)
 		}
 	}
+	var left []string
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		var mcs v1alpha1.MemberClusterList
 		var targets v1alpha1.RolloutTargetList
@@ -329,11 +337,20 @@ func retirePush(b *testing.B, hub client.Client, ns string) *v1alpha1.OperatorRe
 		if err := hub.List(ctx, &targets, client.InNamespace(ns)); err != nil {
 			return false, nil
 		}
-		err := hub.Get(ctx, client.ObjectKeyFromObject(ro), &v1alpha1.Rollout{})
-		return len(mcs.Items) == 0 && len(targets.Items) == 0 && apierrors.IsNotFound(err), nil
+		left = nil
+		for _, mc := range mcs.Items {
+			left = append(left, fmt.Sprintf("MemberCluster %s (finalizers %v)", mc.Name, mc.Finalizers))
+		}
+		for _, t := range targets.Items {
+			left = append(left, fmt.Sprintf("RolloutTarget %s (finalizers %v)", t.Name, t.Finalizers))
+		}
+		if err := hub.Get(ctx, client.ObjectKeyFromObject(ro), &v1alpha1.Rollout{}); !apierrors.IsNotFound(err) {
+			left = append(left, fmt.Sprintf("Rollout %s (%v)", ro.Name, err))
+		}
+		return len(left) == 0, nil
 	})
 	if err != nil {
-		b.Fatalf("the push Rollout, its targets and the push members did not go: %v", err)
+		b.Fatalf("the push Rollout, its targets and the push members did not go: %v; left: %s", err, strings.Join(left, ", "))
 	}
 	return rel
 }
