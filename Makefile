@@ -165,7 +165,7 @@ clean: ## Remove built binaries (not the testbed binary cache).
 	rm -rf $(BIN_DIR)
 
 .PHONY: bench-fleet
-bench-fleet: testbed-bins ## The fleet benchmark: 20 members at 50 ms round trip, a canary and a fleet wave, RollbackAll, controller RSS, hub requests, and (e) the chaos run: the same upgrade and RollbackAll with every member connection reset every 10 s, against runs without faults (about 8 minutes on a quiet machine once the testbed binaries are built; REWIND_FLEET_CHAOS=off skips (e); REWIND_FLEET_MEMBERS=N and REWIND_FLEET_CRS=N change the fleet and the MySQLClusters per member). Writes bench/results-fleet.txt.
+bench-fleet: testbed-bins ## The fleet benchmark: 20 members at 50 ms round trip, a canary and a fleet wave, RollbackAll, controller RSS, hub requests, and (e) the chaos run: the same upgrade and RollbackAll with every member connection reset every 10 s, against runs without faults, and (f) pull mode: the same members joined in mode Pull with one real agent process each, the same upgrade and RollbackAll, the hub controller's CPU and requests per cluster against push mode (about 12 minutes on a quiet machine once the testbed binaries are built; REWIND_FLEET_CHAOS=off skips (e), REWIND_FLEET_PULL=off skips (f); REWIND_FLEET_MEMBERS=N and REWIND_FLEET_CRS=N change the fleet and the MySQLClusters per member). Writes bench/results-fleet.txt.
 	$(GO) test ./bench/fleet/ -run '^$$' -bench . -benchtime 1x -timeout 90m | tee bench/results-fleet.txt
 
 .PHONY: bench-hub

@@ -95,7 +95,7 @@ type stepRuns struct {
 
 // stepTotals reads rewind_step_duration_seconds of a rollout: runs and seconds by step, summed
 // over the clusters.
-func (p *controllerProcess) stepTotals(b *testing.B, rollout string) map[string]stepRuns {
+func (p *metricsEndpoint) stepTotals(b *testing.B, rollout string) map[string]stepRuns {
 	out := map[string]stepRuns{}
 	for _, suffix := range []string{"_count", "_sum"} {
 		for _, s := range p.samples(b, "rewind_step_duration_seconds"+suffix) {
@@ -146,7 +146,7 @@ func stepCompare(without, with map[string]stepRuns) string {
 type retryKey struct{ cluster, step string }
 
 // faultRetries reads rewind_fault_retries_total of a rollout, by cluster and step.
-func (p *controllerProcess) faultRetries(b *testing.B, ns, rollout string) map[retryKey]float64 {
+func (p *metricsEndpoint) faultRetries(b *testing.B, ns, rollout string) map[retryKey]float64 {
 	out := map[retryKey]float64{}
 	for _, s := range p.samples(b, "rewind_fault_retries_total") {
 		if s.label("namespace") == ns && s.label("rollout") == rollout {
@@ -168,7 +168,7 @@ func retryDelta(before, after map[retryKey]float64) map[retryKey]float64 {
 }
 
 // gateFailures reads rewind_health_gate_failures_total of a rollout, by cluster.
-func (p *controllerProcess) gateFailures(b *testing.B, ns, rollout string) map[string]float64 {
+func (p *metricsEndpoint) gateFailures(b *testing.B, ns, rollout string) map[string]float64 {
 	out := map[string]float64{}
 	for _, s := range p.samples(b, "rewind_health_gate_failures_total") {
 		if s.label("namespace") == ns && s.label("rollout") == rollout {
@@ -357,8 +357,9 @@ func direct(b *testing.B, m *testbed.Cluster) *member.Cluster {
 	return cl
 }
 
-// observe reads how the rollout ended.
-func observe(b *testing.B, hub client.Client, ns, rollout string) outcome {
+// observe reads how the rollout ended; pull says its members are pull members, whose
+// snapshots are in their hub namespaces, under their own keys.
+func observe(b *testing.B, hub client.Client, ns, rollout string, pull bool) outcome {
 	b.Helper()
 	ctx := context.Background()
 	ro := &v1alpha1.Rollout{}
@@ -418,7 +419,11 @@ func observe(b *testing.B, hub client.Client, ns, rollout string) outcome {
 			}
 			exact, n := "no Restore target, so no snapshot to compare with", 0
 			if snap := snaps[m.Name]; snap != "" {
-				exact, n = compareWithSnapshot(ctx, hub, cl, ns, snap)
+				snapNS, keyNS := ns, ""
+				if pull {
+					snapNS, keyNS = v1alpha1.MemberNamespace(m.Name), v1alpha1.MemberNamespace(m.Name)
+				}
+				exact, n = compareWithSnapshot(ctx, hub, cl, snapNS, keyNS, snap)
 			}
 			mu.Lock()
 			o.records[m.Name], o.exact[m.Name], o.compared[m.Name] = rel, exact, n
@@ -429,16 +434,17 @@ func observe(b *testing.B, hub client.Client, ns, rollout string) outcome {
 	return o
 }
 
-// compareWithSnapshot compares every object of snapshot snap with the live one on cl, as
+// compareWithSnapshot compares every object of snapshot snap (in namespace ns, its key in
+// keyNS: "" for the hub's default) with the live one on cl, as
 // test/e2e's assertEqualsSnapshot does (restore.Equal), reading the live objects with one LIST
 // per kind and namespace; it also counts custom resources the snapshot does not hold. It
 // returns "" when the member is exact, else what differs, and the number of objects compared.
-func compareWithSnapshot(ctx context.Context, hub client.Client, cl *member.Cluster, ns, snap string) (string, int) {
+func compareWithSnapshot(ctx context.Context, hub client.Client, cl *member.Cluster, ns, keyNS, snap string) (string, int) {
 	s := &v1alpha1.Snapshot{}
 	if err := hub.Get(ctx, client.ObjectKey{Namespace: ns, Name: snap}, s); err != nil {
 		return fmt.Sprintf("snapshot %s: %v", snap, err), 0
 	}
-	_, entries, err := (&snapshot.Hub{Client: hub}).Load(ctx, s)
+	_, entries, err := (&snapshot.Hub{Client: hub, KeyNamespace: keyNS}).Load(ctx, s)
 	if err != nil {
 		return fmt.Sprintf("loading snapshot %s: %v", snap, err), 0
 	}
@@ -711,7 +717,7 @@ func runCycle(b *testing.B, hub client.Client, p *controllerProcess, ns string, 
 	_, memberAfter := p.requests(b)
 	c.memberBack = perCluster(memberMid, memberAfter)
 	c.stepsBack = stepDelta(stepsMid, p.stepTotals(b, rollout))
-	c.out = observe(b, hub, ns, rollout)
+	c.out = observe(b, hub, ns, rollout, false)
 	return c
 }
 
@@ -723,7 +729,7 @@ func runCycle(b *testing.B, hub client.Client, p *controllerProcess, ns string, 
 func chaos(b *testing.B, hub client.Client, p *controllerProcess, ns string, names []string, before cycle) {
 	makeRelease(b, hub, ns, "mysql-c", "2.1.0", "")
 	makeRelease(b, hub, ns, "mysql-d", "2.2.0", "")
-	before.out = observe(b, hub, ns, "fleet")
+	before.out = observe(b, hub, ns, "fleet", false)
 	before.injected = env.FaultCounts() // everything since the testbed started: (a), (b) and what came before
 	faults := chaosFaults
 	ch := runCycle(b, hub, p, ns, names, "mysql-c", &faults)

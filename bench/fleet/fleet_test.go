@@ -13,7 +13,11 @@
 //	(e) the chaos run: the cycle of (a) and (b) again with every open connection to every member
 //	    reset every 10 s, against the same cycle without faults before and after it: the faults
 //	    injected, the retries the controller made, the outcome (every member compared object by
-//	    object with its snapshot) and the wall times (REWIND_FLEET_CHAOS=off skips it).
+//	    object with its snapshot) and the wall times (REWIND_FLEET_CHAOS=off skips it);
+//	(f) pull mode: the same members joined in mode Pull, one real agent process per member,
+//	    the same upgrade and RollbackAll: the hub controller's CPU and hub API requests per
+//	    cluster against push mode's in (a) and (b), and the agents' (REWIND_FLEET_PULL=off skips
+//	    it; pull_test.go).
 //
 // Run it with `make bench-fleet`.
 package fleet
@@ -108,8 +112,10 @@ func makeRelease(b *testing.B, hub client.Client, ns, name, version, podSpec str
 
 // controllerProcess is rewind's controller running as its own process.
 type controllerProcess struct {
-	cmd     *exec.Cmd
-	metrics string // URL of /metrics
+	metricsEndpoint
+	cmd *exec.Cmd
+	// bin is the binary it runs (the image's: the pull agents of (f) run its agent command).
+	bin     string
 	pprof   string // base URL of /debug/pprof, when REWIND_FLEET_PPROF is set
 	mu      sync.Mutex
 	peakRSS int64
@@ -140,7 +146,7 @@ func startController(b *testing.B) *controllerProcess {
 		b.Fatalf("building rewind-controller: %v\n%s", err, out)
 	}
 	port := freePort(b)
-	p := &controllerProcess{metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", port), stop: make(chan struct{}), done: make(chan struct{})}
+	p := &controllerProcess{bin: bin, metricsEndpoint: metricsEndpoint{metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", port)}, stop: make(chan struct{}), done: make(chan struct{})}
 	args := []string{"--kubeconfig", env.Hub.Kubeconfig,
 		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", port), "--health-probe-bind-address", "0",
 		"--target-workers", "32", "--gate-poll", "500ms", "--metrics-secure=false"}
@@ -469,6 +475,11 @@ func (p *controllerProcess) resetPeak() (rss, anon int64) {
 	return rss, anon
 }
 
+// metricsEndpoint is a process's /metrics: the controller's, or a pull agent's in (f).
+type metricsEndpoint struct {
+	metrics string // URL of /metrics
+}
+
 // sample is one line of the controller's metrics: its text (name and labels) and its value.
 type sample struct {
 	line  string
@@ -476,7 +487,7 @@ type sample struct {
 }
 
 // samples reads the controller's metrics endpoint and returns the samples of metric name.
-func (p *controllerProcess) samples(b *testing.B, name string) []sample {
+func (p *metricsEndpoint) samples(b *testing.B, name string) []sample {
 	b.Helper()
 	out, err := p.scrape(name)
 	if err != nil {
@@ -486,7 +497,7 @@ func (p *controllerProcess) samples(b *testing.B, name string) []sample {
 }
 
 // scrape is samples without a testing.B, for a goroutine.
-func (p *controllerProcess) scrape(name string) ([]sample, error) {
+func (p *metricsEndpoint) scrape(name string) ([]sample, error) {
 	resp, err := http.Get(p.metrics)
 	if err != nil {
 		return nil, err
@@ -520,7 +531,7 @@ func (s sample) label(name string) string {
 
 // requests reads the controller's client-go request counters: the hub's total, and the
 // members' by method.
-func (p *controllerProcess) requests(b *testing.B) (hub float64, members map[string]float64) {
+func (p *metricsEndpoint) requests(b *testing.B) (hub float64, members map[string]float64) {
 	hubHost := strings.TrimPrefix(env.Hub.Server, "https://")
 	members = map[string]float64{}
 	for _, s := range p.samples(b, "rest_client_requests_total") {
@@ -535,7 +546,7 @@ func (p *controllerProcess) requests(b *testing.B) (hub float64, members map[str
 
 // stepSeconds reads, from the controller's metrics, the seconds each cluster has spent in each
 // step of the rollout so far (rewind_step_duration_seconds_sum), by cluster and step.
-func (p *controllerProcess) stepSeconds(b *testing.B, rollout string) map[string]map[string]float64 {
+func (p *metricsEndpoint) stepSeconds(b *testing.B, rollout string) map[string]map[string]float64 {
 	out := map[string]map[string]float64{}
 	for _, s := range p.samples(b, "rewind_step_duration_seconds_sum") {
 		if s.label("rollout") != rollout {
@@ -599,6 +610,9 @@ func perCluster(before, after map[string]float64) string {
 			parts = append(parts, fmt.Sprintf("%s %.1f", m, d))
 			total += d
 		}
+	}
+	if len(parts) == 0 {
+		return "0"
 	}
 	return fmt.Sprintf("%.0f (%s)", total, strings.Join(parts, ", "))
 }
@@ -755,6 +769,7 @@ func markNodes(b *testing.B, m *testbed.Cluster) {
 func BenchmarkFleet(b *testing.B) {
 	ctx := context.Background()
 	fmt.Printf("machine: %s\n", machine())
+	fmt.Printf("load average at the start (1, 5, 15 minutes; the machine is shared): %s\n", loadAverage())
 	fmt.Printf("fleet: %d members behind a %s-each-way proxy (%s round trip), %d MySQLClusters each with 4 owned objects, controller as its own process (32 target workers)\n",
 		members, latency, 2*latency, crsPerMember)
 	hub := testenv.HubClient(b, env.Hub.RESTConfig())
@@ -871,7 +886,9 @@ func BenchmarkFleet(b *testing.B) {
 	base.upgraded = upgradeResult(upgraded)
 	base.waited = w.waited
 	stopProfile()
-	breakdownA := cpuBreakdown(timesBefore, cpuTimes(p))
+	timesA := cpuTimes(p)
+	breakdownA := cpuBreakdown(timesBefore, timesA)
+	hubAPIUp := timesA["kube-apiserver (hub)"] - timesBefore["kube-apiserver (hub)"]
 	reqAfter, memberAfter := p.requests(b)
 	reqUpgrade, memberUpgrade := reqAfter-reqBefore, perCluster(memberBefore, memberAfter)
 	cpuA, busyA, wallA := p.cpuSeconds()-cpuBefore, machineBusy()-busyBefore, time.Since(wallBefore)
@@ -887,7 +904,7 @@ func BenchmarkFleet(b *testing.B) {
 	// the others pass, the last fails its gate, and RollbackAll restores every cluster.
 	markNodes(b, env.Members[len(env.Members)-1])
 	reqBefore, memberBefore = p.requests(b)
-	pickyStart := time.Now()
+	pickyStart, timesPicky := time.Now(), cpuTimes(p)
 	setRelease(b, hub, ns, "fleet", "mysql-picky")
 	w = watch(hub, ns, "fleet")
 	w.until(b, 10*time.Minute, "mysql-picky", func(ro *v1alpha1.Rollout) bool { return ro.Status.Phase == v1alpha1.RolloutRollingBack })
@@ -896,15 +913,20 @@ func BenchmarkFleet(b *testing.B) {
 	stopProfile = p.profileDuring(b, "b", 10)
 	rolledBack := w.until(b, 10*time.Minute, "mysql-b", phaseIs("mysql-b", v1alpha1.RolloutRolledBack))
 	stopProfile()
-	breakdownB := cpuBreakdown(timesBefore, cpuTimes(p))
+	timesB := cpuTimes(p)
+	breakdownB := cpuBreakdown(timesBefore, timesB)
+	push := modeFigures{upgradeCPU: cpuA, backCPU: timesB["controller"] - timesPicky["controller"], restoreCPU: timesB["controller"] - timesBefore["controller"],
+		hubAPIUp: hubAPIUp, hubAPIBack: timesB["kube-apiserver (hub)"] - timesPicky["kube-apiserver (hub)"]}
 	reqAfter, memberAfter = p.requests(b)
 	reqRollback, memberRollback := reqAfter-reqBefore, perCluster(memberBefore, memberAfter)
+	push.hubUp, push.hubBack, push.memberUp, push.memberBack = reqUpgrade, reqRollback, memberUpgrade, memberRollback
 	all := w.span(names, v1alpha1.PathRestore)
 	fromGate := w.phaseAt[v1alpha1.RolloutRolledBack].Sub(w.phaseAt[v1alpha1.RolloutRollingBack])
 	floorB := floor(sampler, w.phaseAt[v1alpha1.RolloutRollingBack], w.phaseAt[v1alpha1.RolloutRolledBack], idleBusy, 2*oneRollback)
 	statusRollback, _ := json.Marshal(rolledBack.Status)
 	rssB, anonB := p.resetPeak()
 	base.canary, base.wave, base.rollback, base.restores = canary, wave, fromGate, all
+	push.canary, push.wave, push.rollback = canary, wave, fromGate
 	base.memberUp, base.memberBack = memberUpgrade, memberRollback
 	maps.Copy(base.waited, w.waited)
 	base.failed = w.failed
@@ -950,9 +972,23 @@ func BenchmarkFleet(b *testing.B) {
 
 	if chaosOff {
 		fmt.Printf("(e) chaos run skipped (REWIND_FLEET_CHAOS=off)\n")
+	} else {
+		chaos(b, hub, p, ns, names, base)
+	}
+	if pullOff {
+		fmt.Printf("(f) pull mode skipped (REWIND_FLEET_PULL=off)\n")
 		return
 	}
-	chaos(b, hub, p, ns, names, base)
+	pullMode(b, hub, p, ns, push)
+}
+
+// loadAverage is /proc/loadavg's first three fields.
+func loadAverage() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.Join(strings.Fields(string(data))[:3], " ")
 }
 
 func setRelease(b *testing.B, hub client.Client, ns, name, rel string) {

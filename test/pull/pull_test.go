@@ -10,8 +10,6 @@ package pull
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -29,6 +27,7 @@ import (
 	"github.com/rewind-dev/rewind/internal/controller"
 	"github.com/rewind-dev/rewind/internal/controller/target"
 	"github.com/rewind-dev/rewind/internal/testbed"
+	"github.com/rewind-dev/rewind/internal/testbed/agentproc"
 	"github.com/rewind-dev/rewind/internal/testbed/testenv"
 	"github.com/rewind-dev/rewind/test/fleet"
 )
@@ -53,29 +52,16 @@ var (
 	buildOnce sync.Once
 	rewindBin string
 	buildErr  error
-	buildOut  []byte
 )
 
 // binary builds rewind once per run into the testbed's state folder (removed with it).
 func binary(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		root, err := testbed.RepoRoot()
-		if err != nil {
-			buildErr = err
-			return
-		}
-		dir := filepath.Join(suite.Env.StateDir, "bin")
-		if buildErr = os.MkdirAll(dir, 0o755); buildErr != nil {
-			return
-		}
-		rewindBin = filepath.Join(dir, "rewind")
-		cmd := exec.Command("go", "build", "-o", rewindBin, "./cmd/rewind")
-		cmd.Dir = root
-		buildOut, buildErr = cmd.CombinedOutput()
+		rewindBin, buildErr = agentproc.BuildRewind(filepath.Join(suite.Env.StateDir, "bin"))
 	})
 	if buildErr != nil {
-		t.Fatalf("building rewind: %v\n%s", buildErr, buildOut)
+		t.Fatal(buildErr)
 	}
 	return rewindBin
 }
@@ -93,10 +79,8 @@ func joined(t *testing.T) {
 	bin := binary(t)
 	joinOnce.Do(func() {
 		for i, name := range pullMembers {
-			cmd := exec.Command(bin, "clusters", "join", name, "--bootstrap-kubeconfig", bootstrapFile(name),
-				"--label", "env=test", "--label", fmt.Sprintf("index=%d", i+3), "--kubeconfig", suite.Env.Hub.Kubeconfig)
-			if out, err := cmd.CombinedOutput(); err != nil {
-				joinErr = fmt.Errorf("rewind clusters join %s: %v\n%s", name, err, out)
+			if joinErr = agentproc.Join(context.Background(), bin, suite.Env.Hub.Kubeconfig, name, bootstrapFile(name),
+				"--label", "env=test", "--label", fmt.Sprintf("index=%d", i+3)); joinErr != nil {
 				return
 			}
 		}
@@ -112,80 +96,39 @@ func bootstrapFile(name string) string {
 
 // agent is a pull member's `rewind agent` process.
 type agent struct {
-	t    *testing.T
-	name string
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
+	t *testing.T
+	*agentproc.Agent
 }
 
 // startAgent runs the agent of a pull member until the test ends.
 func startAgent(t *testing.T, name string) *agent {
 	t.Helper()
 	joined(t)
-	a := &agent{t: t, name: name}
-	a.start()
+	p, err := agentproc.Start(agentproc.Options{Bin: binary(t), Cluster: name,
+		CredentialFile: filepath.Join(suite.Env.StateDir, name+".credential.json"), BootstrapFile: bootstrapFile(name),
+		MemberKubeconfig: suite.Member(t, name).Kubeconfig, Args: []string{"--heartbeat-interval", "1s", "--gate-poll", "300ms"},
+		Log: filepath.Join(suite.Env.StateDir, name+".agent.log")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &agent{t: t, Agent: p}
 	t.Cleanup(func() { a.stop(syscall.SIGTERM) })
 	return a
 }
 
+// start starts the agent again.
 func (a *agent) start() {
 	a.t.Helper()
-	m := suite.Member(a.t, a.name)
-	args := []string{"agent", "--cluster", a.name, "--credential-file", filepath.Join(suite.Env.StateDir, a.name+".credential.json"),
-		"--member-kubeconfig", m.Kubeconfig, "--heartbeat-interval", "1s", "--gate-poll", "300ms"}
-	if _, err := os.Stat(filepath.Join(suite.Env.StateDir, a.name+".credential.json")); err != nil {
-		args = append(args, "--bootstrap-kubeconfig", bootstrapFile(a.name))
-	}
-	log, err := os.OpenFile(filepath.Join(suite.Env.StateDir, a.name+".agent.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
-	if err != nil {
+	if err := a.Start(); err != nil {
 		a.t.Fatal(err)
 	}
-	cmd := exec.Command(binary(a.t), args...)
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		a.t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); log.Close(); close(done) }()
-	a.mu.Lock()
-	a.cmd, a.done = cmd, done
-	a.mu.Unlock()
 }
 
 // stop sends sig to the agent's process (its own, by PID) and waits for it to end.
-func (a *agent) stop(sig syscall.Signal) {
-	a.mu.Lock()
-	cmd, done := a.cmd, a.done
-	a.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	select {
-	case <-done:
-		return
-	default:
-	}
-	_ = cmd.Process.Signal(sig)
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		_ = cmd.Process.Kill()
-		<-done
-	}
-}
+func (a *agent) stop(sig syscall.Signal) { a.Stop(sig) }
 
 // exited says whether the agent's process ended by itself.
-func (a *agent) exited() bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	select {
-	case <-a.done:
-		return true
-	default:
-		return false
-	}
-}
+func (a *agent) exited() bool { return a.Exited() }
 
 // mixedFleet is a fleet over the four members with both pull members' agents running.
 func mixedFleet(t *testing.T) (*fleet.Fleet, map[string]*agent) {
