@@ -156,4 +156,3 @@ func assertInStore(t *testing.T, ns, store string, snaps map[string]string, srv 
 		}
 	}
 }
-
