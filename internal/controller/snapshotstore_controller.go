@@ -53,6 +53,11 @@ func (r *SnapshotStoreReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	if err := r.Client.Get(ctx, req.NamespacedName, st); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	if st.Labels[v1alpha1.LabelSourceNamespace] != "" {
+		// A pull member's copy of a store: the hub's target relay keeps it, with the Ready
+		// condition of its source; the member's agent uses it, the hub does not probe it.
+		return ctrl.Result{}, nil
+	}
 	if !st.DeletionTimestamp.IsZero() {
 		return r.deleting(ctx, st)
 	}

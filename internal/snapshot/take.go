@@ -99,6 +99,10 @@ func (h *Hub) kek(ctx context.Context) (payload.KeyWrapper, error) {
 	return k, nil
 }
 
+// DefaultKey is the key payloads are wrapped with when no SnapshotStore names one: KEK, or
+// the default key of KeyNamespace (created on first use).
+func (h *Hub) DefaultKey(ctx context.Context) (payload.KeyWrapper, error) { return h.kek(ctx) }
+
 // GenerateName returns a snapshot name for a cluster and operator at time t.
 func GenerateName(cluster, operator string, t time.Time) string {
 	n := fmt.Sprintf("%s-%s-%s", cluster, operator, t.UTC().Format("20060102-150405"))
@@ -343,6 +347,15 @@ func (h *Hub) payloadStore(ctx context.Context, snap *v1alpha1.Snapshot) (payloa
 func (h *Hub) snapshotKEK(ctx context.Context, snap *v1alpha1.Snapshot) (payload.KeyWrapper, error) {
 	if snap.Status.Store == "" || (snap.Status.KeyRef == nil && h.KEK != nil) {
 		return h.kek(ctx)
+	}
+	if snap.Status.KeyRef == nil && h.KeyNamespace != "" {
+		// A pull member's snapshot in a store without keyRef: wrapped with the member's own
+		// key (Hub.KeyNamespace), not the hub's default one.
+		k, err := h.kek(ctx)
+		if err != nil {
+			return nil, &snapstore.KeyError{Key: "Secret " + h.KeyNamespace + "/" + payload.HubKeySecretName, Err: err}
+		}
+		return k, nil
 	}
 	var creds *v1alpha1.LocalSecretReference
 	if snap.Status.KeyRef != nil && snap.Status.KeyRef.KMS != "" {

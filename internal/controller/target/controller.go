@@ -588,7 +588,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 					},
 					UpdateFunc:  livenessChanged,
 					GenericFunc: func(event.GenericEvent) bool { return false },
-				}))
+				})).
+			// A pull member's copy of a SnapshotStore follows its source (its Ready condition).
+			Watches(&v1alpha1.SnapshotStore{}, handler.EnqueueRequestsFromMapFunc(r.storeUsers))
 	}
 	if r.Restores != nil {
 		// Restores waiting for memory are woken when their turn may have come.

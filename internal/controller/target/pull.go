@@ -58,11 +58,13 @@ func CopyName(t *v1alpha1.RolloutTarget) string {
 func copySpec(t *v1alpha1.RolloutTarget) v1alpha1.RolloutTargetSpec {
 	spec := *t.Spec.DeepCopy()
 	spec.Snapshot = MemberSnapshotName(t.Namespace, spec.Snapshot)
+	spec.SnapshotStore = MemberSnapshotName(t.Namespace, spec.SnapshotStore)
 	return spec
 }
 
 // MemberSnapshotName is the name in a pull member's namespace of the snapshot name that a
-// Rollout of namespace ns planned.
+// Rollout of namespace ns planned (and of the copies of its SnapshotStore and of that store's
+// Secrets).
 func MemberSnapshotName(ns, name string) string {
 	if name == "" || strings.HasPrefix(name, ns+".") {
 		return name
@@ -197,7 +199,7 @@ func (r *Reconciler) relay(ctx context.Context, t *v1alpha1.RolloutTarget, mc *v
 	case err != nil:
 		return ctrl.Result{}, err
 	case !equality.Semantic.DeepEqual(cp.Spec, copySpec(t)):
-		if cp.Spec.Revision != t.Spec.Revision || cp.Spec.Path != t.Spec.Path {
+		if cp.Spec.Revision != t.Spec.Revision || cp.Spec.Path != t.Spec.Path || cp.Spec.SnapshotStore != copySpec(t).SnapshotStore {
 			if err := r.copyInputs(ctx, t, ns); err != nil {
 				return ctrl.Result{}, err
 			}
@@ -207,6 +209,11 @@ func (r *Reconciler) relay(ctx context.Context, t *v1alpha1.RolloutTarget, mc *v
 			return patch.Result(ctx, ctrl.Result{}, nil, err) // the agent wrote the copy's status since the cache saw it
 		} else if err != nil {
 			return ctrl.Result{}, fmt.Errorf("updating the copy %s of RolloutTarget %s/%s for pull member %s: %w", key, t.Namespace, t.Name, mc.Name, err)
+		}
+	default:
+		// The store's copy follows its source's spec and Ready condition (from the cache).
+		if err := r.copyStore(ctx, t, ns, false); err != nil {
+			return ctrl.Result{}, err
 		}
 	}
 	want, requeue := r.relayedStatus(t, cp, mc)
@@ -293,7 +300,7 @@ func (r *Reconciler) copyInputs(ctx context.Context, t *v1alpha1.RolloutTarget, 
 			return fmt.Errorf("copying the rendering %s of target %s/%s to %s: %w", digest, t.Namespace, t.Name, ns, err)
 		}
 	}
-	return nil
+	return r.copyStore(ctx, t, ns, true)
 }
 
 // copyRelease copies release name of namespace from into namespace to, as an uploaded release

@@ -12,6 +12,7 @@ import (
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/metrics"
 	"github.com/rewind-dev/rewind/internal/snapshot"
+	"github.com/rewind-dev/rewind/internal/snapshot/payload"
 	"github.com/rewind-dev/rewind/internal/snapshot/snapstore"
 )
 
@@ -40,7 +41,7 @@ func (takeSnapshot) run(ctx context.Context, x *execution) (time.Duration, error
 		case err != nil:
 			return 0, err // the hub did not answer: a fault, tried again
 		}
-		if store, err = snapstore.FromObject(ctx, hub.Client, st); err != nil {
+		if store, err = x.resolveStore(ctx, hub, st); err != nil {
 			return 0, storeUnavailable(fmt.Errorf("snapshot store %s: %w", name, err)) // a Secret or the KMS may be back
 		}
 	}
@@ -75,4 +76,22 @@ func (takeSnapshot) run(ctx context.Context, x *execution) (time.Duration, error
 	t.Status.Snapshot = snap.Name
 	metrics.SnapshotBytes.WithLabelValues(t.Namespace, t.Spec.Rollout, t.Spec.Cluster).Set(float64(snap.Status.Bytes))
 	return 0, nil
+}
+
+// resolveStore opens a SnapshotStore for the snapshot step. In a pull member's agent, a
+// store without keyRef (the hub's default key, which no agent may read) wraps with the
+// member's own key in its hub namespace, the key its snapshots in hub Secrets use; restores
+// open it so too (snapshot.Hub.KeyNamespace).
+func (x *execution) resolveStore(ctx context.Context, hub *snapshot.Hub, st *v1alpha1.SnapshotStore) (*snapstore.Store, error) {
+	if x.r.Local == "" || st.Spec.KeyRef != nil {
+		return snapstore.FromObject(ctx, hub.Client, st)
+	}
+	store, err := snapstore.StoreOnly(ctx, hub.Client, st)
+	if err != nil {
+		return nil, err
+	}
+	if store.KEK, err = hub.DefaultKey(ctx); err != nil {
+		return nil, &snapstore.KeyError{Key: "pull member " + x.t.Spec.Cluster + "'s own key (Secret " + hub.KeyNamespace + "/" + payload.HubKeySecretName + ")", Err: err}
+	}
+	return store, nil
 }

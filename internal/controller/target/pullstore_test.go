@@ -1,0 +1,45 @@
+package target
+
+import (
+	"slices"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/rewind-dev/rewind/api/v1alpha1"
+)
+
+// A store's copy in a pull member's namespace names the copies of its Secrets (prefixed with
+// the Rollout's namespace, as the copy itself), and keeps everything else of its spec; the
+// copy's status drops the hub's key ID when the source uses the hub's default key (the
+// member wraps with its own).
+func TestStoreCopyRenamesItsSecrets(t *testing.T) {
+	src := &v1alpha1.SnapshotStore{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "s3"}, Spec: v1alpha1.SnapshotStoreSpec{
+		Provider: v1alpha1.StoreProviderS3, Bucket: "b", Prefix: "p", Endpoint: "http://s3.example:9000",
+		CredentialsSecretRef: &v1alpha1.LocalSecretReference{Name: "creds"},
+		KeyRef: &v1alpha1.SnapshotKeyRef{SecretRef: &v1alpha1.SecretKeyReference{Name: "kek", Key: "k"},
+			CredentialsSecretRef: &v1alpha1.LocalSecretReference{Name: "creds"}},
+	}, Status: v1alpha1.SnapshotStoreStatus{KeyID: "local:abc", URL: "s3://b/p"}}
+	cp := storeCopy(src, "rewind-member-edge")
+	if cp.Namespace != "rewind-member-edge" || cp.Name != "team-a.s3" ||
+		cp.Labels[v1alpha1.LabelSourceNamespace] != "team-a" || cp.Labels[v1alpha1.LabelSourceName] != "s3" {
+		t.Fatalf("copy meta: %+v", cp.ObjectMeta)
+	}
+	if cp.Spec.CredentialsSecretRef.Name != "team-a.creds" || cp.Spec.KeyRef.SecretRef.Name != "team-a.kek" || cp.Spec.KeyRef.SecretRef.Key != "k" ||
+		cp.Spec.KeyRef.CredentialsSecretRef.Name != "team-a.creds" || cp.Spec.Bucket != "b" || cp.Spec.Endpoint != src.Spec.Endpoint {
+		t.Fatalf("copy spec: %+v, key %+v", cp.Spec, cp.Spec.KeyRef)
+	}
+	if src.Spec.CredentialsSecretRef.Name != "creds" || src.Spec.KeyRef.SecretRef.Name != "kek" {
+		t.Fatal("the source's spec was changed")
+	}
+	if got := storeSecrets(src); !slices.Equal(got, []string{"creds", "kek"}) {
+		t.Fatalf("the store's Secrets: %v", got)
+	}
+	if st := copiedStoreStatus(src, cp); st.KeyID != "local:abc" {
+		t.Fatalf("a keyRef's key ID must stay: %+v", st)
+	}
+	src.Spec.KeyRef = nil
+	if st := copiedStoreStatus(src, storeCopy(src, "rewind-member-edge")); st.KeyID != "" || st.URL != "s3://b/p?endpoint=http%3A%2F%2Fs3.example%3A9000" {
+		t.Fatalf("with the hub's default key: %+v", st)
+	}
+}
