@@ -17,24 +17,32 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
-// chromium returns Debian's chromium: $REWIND_CHROMIUM, else /usr/bin/chromium (make
-// chromium installs it), else one unpacked into .cache/tools.
+// chromium returns the browser: $REWIND_CHROMIUM (make sets it to the cache's launcher unless it
+// is set already; /usr/bin/chromium, say, only when named here), else the launcher
+// hack/chromium/fetch.sh (make chromium) writes into the cache: Debian's chromium unpacked there,
+// not installed.
 func chromium(t *testing.T) string {
 	t.Helper()
-	cands := []string{os.Getenv("REWIND_CHROMIUM"), "/usr/bin/chromium"}
-	if root, err := filepath.Abs("../.."); err == nil {
-		cands = append(cands, filepath.Join(root, ".cache/tools/chromium/usr/bin/chromium"))
-	}
-	for _, c := range cands {
-		if c == "" {
-			continue
+	if c := os.Getenv("REWIND_CHROMIUM"); c != "" {
+		p, err := exec.LookPath(c)
+		if err != nil {
+			t.Fatalf("REWIND_CHROMIUM=%s: %v", c, err)
 		}
-		if _, err := exec.LookPath(c); err == nil {
-			return c
-		}
+		return p
 	}
-	t.Fatalf("chromium is missing: run `make chromium` (installs Debian's chromium package) or set REWIND_CHROMIUM")
-	return ""
+	cache := os.Getenv("REWIND_TOOLS_CACHE")
+	if cache == "" {
+		root, err := filepath.Abs("../..")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cache = filepath.Join(root, ".cache", "tools")
+	}
+	p := filepath.Join(cache, "chromium", "chromium")
+	if _, err := exec.LookPath(p); err != nil {
+		t.Fatalf("chromium is missing: run `make chromium` (hack/chromium/fetch.sh unpacks Debian's chromium into %s, installing nothing), or set REWIND_CHROMIUM to a chromium", filepath.Dir(p))
+	}
+	return p
 }
 
 // browser starts a headless chromium with a fresh profile for the test and returns its
