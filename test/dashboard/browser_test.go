@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -50,8 +51,19 @@ func chromium(t *testing.T) string {
 // gone.
 func browser(t *testing.T, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
+	exe := chromium(t)
+	// chromium keeps its process-singleton socket in a folder of $TMPDIR that it leaves behind
+	// when it is stopped (headless, whether by SIGTERM or SIGKILL): it gets a folder of its own,
+	// removed after the test (after its process is gone). A short name: the socket's path must
+	// fit in 108 bytes, which t.TempDir's long names may not.
+	tmp, err := os.MkdirTemp("", "rewind-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(tmp) })
+	profile := t.TempDir()
 	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(chromium(t)),
+		chromedp.ExecPath(exe),
 		chromedp.Headless,
 		chromedp.NoSandbox,
 		chromedp.DisableGPU,
@@ -62,7 +74,8 @@ func browser(t *testing.T, extra ...chromedp.ExecAllocatorOption) context.Contex
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
 		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.UserDataDir(t.TempDir()),
+		chromedp.UserDataDir(profile),
+		chromedp.Env("TMPDIR=" + tmp),
 		chromedp.WindowSize(1400, 1000),
 	}
 	opts = append(opts, extra...)
@@ -73,7 +86,16 @@ func browser(t *testing.T, extra ...chromedp.ExecAllocatorOption) context.Contex
 		acancel()
 		t.Fatalf("starting chromium: %v", err)
 	}
+	if sock, err := os.Readlink(filepath.Join(profile, "SingletonSocket")); err == nil && !strings.HasPrefix(sock, tmp+"/") {
+		t.Errorf("chromium keeps its socket in %s, outside the test's folder %s: it stays there after the test", sock, tmp)
+	}
 	proc := chromedp.FromContext(ctx).Browser.Process()
+	if proc != nil {
+		// Which binary runs (the launcher execs the unpacked one).
+		if bin, err := os.Readlink("/proc/" + strconv.Itoa(proc.Pid) + "/exe"); err == nil {
+			t.Logf("chromium: %s runs %s", exe, bin)
+		}
+	}
 	t.Cleanup(func() {
 		cancel()
 		acancel()
