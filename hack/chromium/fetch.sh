@@ -69,7 +69,9 @@ if [ -x "$launcher" ] && out=$("$launcher" --version 2>/dev/null) && [[ $out == 
 	echo "$launcher"
 	exit 0
 fi
-# The temporary folder is in the cache (the unpacked tree is about 350 MB: renamed, not copied).
+# The temporary folder is in the cache (the unpacked tree is about 350 MB: renamed, not copied);
+# one an interrupted fetch left is removed.
+rm -rf "$dir"/.fetch.*
 tmp=$(mktemp -d "$dir/.fetch.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
