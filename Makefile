@@ -11,6 +11,13 @@ export REWIND_TESTBED_BIN := $(TESTBED_BIN)
 export REWIND_STORES_BIN := $(shell hack/stores/build.sh --print-dir)
 # The folder of promtool and prometheus, unpacked from Debian's package; `make promtool`.
 export REWIND_PROMETHEUS_BIN := $(shell hack/prometheus/fetch.sh --print-dir)
+# The browser the dashboard's tests drive: Debian's chromium unpacked into .cache/tools/chromium
+# (`make chromium`), unless REWIND_CHROMIUM names another (REWIND_CHROMIUM=/usr/bin/chromium).
+CHROMIUM_LAUNCHER := $(shell hack/chromium/fetch.sh --print-dir)/chromium
+ifeq ($(REWIND_CHROMIUM),)
+REWIND_CHROMIUM := $(CHROMIUM_LAUNCHER)
+endif
+export REWIND_CHROMIUM
 # Packages run in parallel; each starts its own testbed (about 280 MB per API server).
 TEST_PARALLEL ?= 2
 TEST_TIMEOUT ?= 60m
@@ -121,12 +128,13 @@ lint: ## go vet (also with the unit tag, as make test-unit builds) and a gofmt c
 promtool: ## Unpack promtool and prometheus from Debian's package into .cache/tools (apt-get download + dpkg -x; nothing is installed).
 	hack/prometheus/fetch.sh >/dev/null
 
-# The dashboard's browser tests drive Debian's chromium with chromedp (no npm, no CDN).
+# The dashboard's browser tests drive Debian's chromium with chromedp (no npm, no CDN). It is
+# downloaded and unpacked into .cache/tools/chromium with the libraries this machine lacks, not
+# installed; a launcher there points the browser at them.
 .PHONY: chromium
-chromium: ## Install Debian's chromium package (apt-get) when /usr/bin/chromium is missing; the dashboard's browser tests drive it.
-	@if [ -x /usr/bin/chromium ] || [ -n "$${REWIND_CHROMIUM:-}" ]; then echo "chromium: $${REWIND_CHROMIUM:-/usr/bin/chromium}"; else \
-		sudo=""; [ "$$(id -u)" = 0 ] || sudo=sudo; \
-		$$sudo apt-get install -y --no-install-recommends chromium || { $$sudo apt-get update -qq && $$sudo apt-get install -y --no-install-recommends chromium; }; fi
+chromium: ## Unpack Debian's chromium (and the libraries it needs that are missing here) into .cache/tools/chromium (apt-get download + dpkg -x; nothing is installed), unless REWIND_CHROMIUM names another browser.
+	@if [ "$(REWIND_CHROMIUM)" != "$(CHROMIUM_LAUNCHER)" ]; then echo "chromium: $(REWIND_CHROMIUM) (REWIND_CHROMIUM)"; \
+		else echo "chromium: Debian's chromium, unpacked into $(dir $(CHROMIUM_LAUNCHER)) when missing (about 100 MB; not installed)"; hack/chromium/fetch.sh >/dev/null; fi
 
 .PHONY: test-dashboard
 test-dashboard: testbed-bins chromium ## The dashboard in a real browser against a hub testbed: a rollout with a failed gate watched live, Secret values, actions, a hub that goes away, 1,000 targets in under 2 s. REWIND_SCREENSHOTS=DIR keeps the screenshots.
@@ -137,7 +145,7 @@ check-monitoring: promtool ## promtool check/test rules on config/prometheus; th
 	$(GO) test -count=1 ./config/
 
 .PHONY: test
-test: testbed-bins store-bins promtool chromium $(GOTESTSUM) ## Run every test against real local clusters (builds the testbed binaries first; installs chromium for the dashboard browser tests); a line per test as it ends (TEST_FORMAT).
+test: testbed-bins store-bins promtool chromium $(GOTESTSUM) ## Run every test against real local clusters (builds the testbed binaries first; unpacks chromium for the dashboard browser tests into the cache); a line per test as it ends (TEST_FORMAT).
 	@echo "test: go test -p $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./... (through gotestsum, format $(TEST_FORMAT))"
 	$(GOTESTSUM) --format $(TEST_FORMAT) --format-hide-empty-pkg -- -p $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
 

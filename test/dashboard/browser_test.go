@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,24 +18,32 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
-// chromium returns Debian's chromium: $REWIND_CHROMIUM, else /usr/bin/chromium (make
-// chromium installs it), else one unpacked into .cache/tools.
+// chromium returns the browser: $REWIND_CHROMIUM (make sets it to the cache's launcher unless it
+// is set already; /usr/bin/chromium, say, only when named here), else the launcher
+// hack/chromium/fetch.sh (make chromium) writes into the cache: Debian's chromium unpacked there,
+// not installed.
 func chromium(t *testing.T) string {
 	t.Helper()
-	cands := []string{os.Getenv("REWIND_CHROMIUM"), "/usr/bin/chromium"}
-	if root, err := filepath.Abs("../.."); err == nil {
-		cands = append(cands, filepath.Join(root, ".cache/tools/chromium/usr/bin/chromium"))
-	}
-	for _, c := range cands {
-		if c == "" {
-			continue
+	if c := os.Getenv("REWIND_CHROMIUM"); c != "" {
+		p, err := exec.LookPath(c)
+		if err != nil {
+			t.Fatalf("REWIND_CHROMIUM=%s: %v", c, err)
 		}
-		if _, err := exec.LookPath(c); err == nil {
-			return c
-		}
+		return p
 	}
-	t.Fatalf("chromium is missing: run `make chromium` (installs Debian's chromium package) or set REWIND_CHROMIUM")
-	return ""
+	cache := os.Getenv("REWIND_TOOLS_CACHE")
+	if cache == "" {
+		root, err := filepath.Abs("../..")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cache = filepath.Join(root, ".cache", "tools")
+	}
+	p := filepath.Join(cache, "chromium", "chromium")
+	if _, err := exec.LookPath(p); err != nil {
+		t.Fatalf("chromium is missing: run `make chromium` (hack/chromium/fetch.sh unpacks Debian's chromium into %s, installing nothing), or set REWIND_CHROMIUM to a chromium", filepath.Dir(p))
+	}
+	return p
 }
 
 // browser starts a headless chromium with a fresh profile for the test and returns its
@@ -42,8 +51,19 @@ func chromium(t *testing.T) string {
 // gone.
 func browser(t *testing.T, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
+	exe := chromium(t)
+	// chromium keeps its process-singleton socket in a folder of $TMPDIR that it leaves behind
+	// when it is stopped (headless, whether by SIGTERM or SIGKILL): it gets a folder of its own,
+	// removed after the test (after its process is gone). A short name: the socket's path must
+	// fit in 108 bytes, which t.TempDir's long names may not.
+	tmp, err := os.MkdirTemp("", "rewind-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(tmp) })
+	profile := t.TempDir()
 	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(chromium(t)),
+		chromedp.ExecPath(exe),
 		chromedp.Headless,
 		chromedp.NoSandbox,
 		chromedp.DisableGPU,
@@ -54,7 +74,8 @@ func browser(t *testing.T, extra ...chromedp.ExecAllocatorOption) context.Contex
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
 		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.UserDataDir(t.TempDir()),
+		chromedp.UserDataDir(profile),
+		chromedp.Env("TMPDIR=" + tmp),
 		chromedp.WindowSize(1400, 1000),
 	}
 	opts = append(opts, extra...)
@@ -65,7 +86,16 @@ func browser(t *testing.T, extra ...chromedp.ExecAllocatorOption) context.Contex
 		acancel()
 		t.Fatalf("starting chromium: %v", err)
 	}
+	if sock, err := os.Readlink(filepath.Join(profile, "SingletonSocket")); err == nil && !strings.HasPrefix(sock, tmp+"/") {
+		t.Errorf("chromium keeps its socket in %s, outside the test's folder %s: it stays there after the test", sock, tmp)
+	}
 	proc := chromedp.FromContext(ctx).Browser.Process()
+	if proc != nil {
+		// Which binary runs (the launcher execs the unpacked one).
+		if bin, err := os.Readlink("/proc/" + strconv.Itoa(proc.Pid) + "/exe"); err == nil {
+			t.Logf("chromium: %s runs %s", exe, bin)
+		}
+	}
 	t.Cleanup(func() {
 		cancel()
 		acancel()
