@@ -107,15 +107,23 @@ func TestPullMembersSnapshotIntoTheSnapshotStore(t *testing.T) {
 	assertInStore(t, f.NS, storeName, snaps, srv, bucket, prefix)
 	assertAll(t, f, "mysql-a", snaps, true)
 
-	// No payload was written to the hub: no payload Secret in the fleet's namespace or the
-	// pull members'.
+	// No payload was written to the hub: no payload Secret of this test's snapshots in the
+	// fleet's namespace or the pull members'. (The pull members' namespaces are shared by the
+	// package's tests: the others' snapshots are in hub Secrets there, named after their own
+	// namespaces, NS.NAME.)
 	for _, ns := range append([]string{f.NS}, v1alpha1.MemberNamespace("member3"), v1alpha1.MemberNamespace("member4")) {
 		var secrets corev1.SecretList
 		if err := c.List(ctx, &secrets, client.InNamespace(ns), client.HasLabels{payload.LabelPayload}); err != nil {
 			t.Fatal(err)
 		}
-		if len(secrets.Items) != 0 {
-			t.Errorf("%d snapshot payload Secrets in hub namespace %s, want none (the store holds them)", len(secrets.Items), ns)
+		var ours []string
+		for _, s := range secrets.Items {
+			if name := s.Annotations[payload.AnnotationPayloadName]; ns == f.NS || strings.HasPrefix(name, f.NS+".") {
+				ours = append(ours, s.Name+" ("+name+")")
+			}
+		}
+		if len(ours) != 0 {
+			t.Errorf("%d snapshot payload Secrets of this test in hub namespace %s, want none (the store holds them): %v", len(ours), ns, ours)
 		}
 	}
 }
