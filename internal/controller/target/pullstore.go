@@ -41,34 +41,35 @@ func storeCopy(src *v1alpha1.SnapshotStore, ns string) *v1alpha1.SnapshotStore {
 		}},
 		Spec: *src.Spec.DeepCopy(),
 	}
-	rename := func(r *v1alpha1.LocalSecretReference) {
-		if r != nil {
-			r.Name = MemberSnapshotName(src.Namespace, r.Name)
-		}
-	}
-	rename(cp.Spec.CredentialsSecretRef)
-	if k := cp.Spec.KeyRef; k != nil {
-		if k.SecretRef != nil {
-			k.SecretRef.Name = MemberSnapshotName(src.Namespace, k.SecretRef.Name)
-		}
-		rename(k.CredentialsSecretRef)
+	for _, name := range secretRefs(cp) {
+		*name = MemberSnapshotName(src.Namespace, *name)
 	}
 	return cp
 }
 
-// storeSecrets are the Secrets (of its namespace) a SnapshotStore references.
-func storeSecrets(st *v1alpha1.SnapshotStore) []string {
-	var out []string
+// secretRefs are the names of the Secrets (of its namespace) a SnapshotStore references: its
+// credentials, and its keyRef's Secret and KMS credentials.
+func secretRefs(st *v1alpha1.SnapshotStore) []*string {
+	var out []*string
 	if r := st.Spec.CredentialsSecretRef; r != nil {
-		out = append(out, r.Name)
+		out = append(out, &r.Name)
 	}
 	if k := st.Spec.KeyRef; k != nil {
 		if k.SecretRef != nil {
-			out = append(out, k.SecretRef.Name)
+			out = append(out, &k.SecretRef.Name)
 		}
 		if k.CredentialsSecretRef != nil {
-			out = append(out, k.CredentialsSecretRef.Name)
+			out = append(out, &k.CredentialsSecretRef.Name)
 		}
+	}
+	return out
+}
+
+// storeSecrets are the names of the Secrets a SnapshotStore references, each once.
+func storeSecrets(st *v1alpha1.SnapshotStore) []string {
+	var out []string
+	for _, name := range secretRefs(st) {
+		out = append(out, *name)
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
