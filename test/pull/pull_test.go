@@ -210,17 +210,25 @@ func TestMixedFleetUpgradeFailedGateAndRollback(t *testing.T) {
 	assertAll(t, f, "mysql-a", upgrade, true)
 
 	// A failed gate: every member goes back to its snapshot of mysql-a.
+	bad := failAndRollBackAll(t, f)
+	assertAll(t, f, "mysql-a", f.SnapshotsOf(bad.Revision), true)
+}
+
+// failAndRollBackAll rolls out mysql-bad, whose gate fails, with failure policy RollbackAll,
+// waits for the fleet to be rolled back to mysql-a, and returns the failed revision's entry.
+func failAndRollBackAll(t *testing.T, f *fleet.Fleet) v1alpha1.Revision {
+	t.Helper()
 	after := f.Rollout().Status.Revision
 	f.SetRelease("mysql-bad", func(s *v1alpha1.RolloutSpec) { s.FailurePolicy = v1alpha1.FailurePolicyRollbackAll })
 	poll(t, "the failed release's revision", 2*time.Minute, func(context.Context) (bool, error) {
 		return f.Rollout().Status.Revision > after, nil
 	})
-	ro = f.WaitPhase("mysql-a", v1alpha1.RolloutRolledBack, 5*time.Minute)
+	ro := f.WaitPhase("mysql-a", v1alpha1.RolloutRolledBack, 5*time.Minute)
 	bad := ro.Status.History[len(ro.Status.History)-2]
 	if bad.Release != "mysql-bad" || bad.Outcome != "RolledBack" {
 		t.Fatalf("history: %+v", ro.Status.History)
 	}
-	assertAll(t, f, "mysql-a", f.SnapshotsOf(bad.Revision), true)
+	return bad
 }
 
 // TestAgentKilledDuringRestoreResumes: a pull member's agent killed (SIGKILL) in the middle of

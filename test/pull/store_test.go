@@ -3,7 +3,6 @@
 package pull
 
 import (
-	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -93,16 +92,7 @@ func TestPullMembersSnapshotIntoTheSnapshotStore(t *testing.T) {
 	assertAll(t, f, "mysql-a", upgrade, true)
 
 	// A failed gate: RollbackAll restores every member from its snapshot of mysql-a, in the bucket.
-	after := f.Rollout().Status.Revision
-	f.SetRelease("mysql-bad", func(s *v1alpha1.RolloutSpec) { s.FailurePolicy = v1alpha1.FailurePolicyRollbackAll })
-	poll(t, "the failed release's revision", 2*time.Minute, func(context.Context) (bool, error) {
-		return f.Rollout().Status.Revision > after, nil
-	})
-	ro = f.WaitPhase("mysql-a", v1alpha1.RolloutRolledBack, 5*time.Minute)
-	bad := ro.Status.History[len(ro.Status.History)-2]
-	if bad.Release != "mysql-bad" || bad.Outcome != "RolledBack" {
-		t.Fatalf("history: %+v", ro.Status.History)
-	}
+	bad := failAndRollBackAll(t, f)
 	snaps := f.SnapshotsOf(bad.Revision)
 	assertInStore(t, f.NS, storeName, snaps, srv, bucket, prefix)
 	assertAll(t, f, "mysql-a", snaps, true)
