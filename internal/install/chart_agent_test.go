@@ -13,7 +13,6 @@ import (
 	"helm.sh/helm/v3/pkg/chart/loader"
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
-	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -245,11 +244,7 @@ func TestHelmChartAgentInstall(t *testing.T) {
 		t.Fatal(err)
 	}
 	sys := rbac.SystemNamespace
-	cases := []struct {
-		why                                    string
-		group, resource, sub, verb, ns, nonRes string
-		allowed                                bool
-	}{
+	cases := []accessCase{
 		{why: "applies a release's Deployment", group: "apps", resource: "deployments", verb: "patch", ns: "default", allowed: true},
 		{why: "scales the operator to 0 before a restore", group: "apps", resource: "deployments", sub: "scale", verb: "update", ns: "default", allowed: true},
 		{why: "installs a release's CRDs", group: "apiextensions.k8s.io", resource: "customresourcedefinitions", verb: "create", allowed: true},
@@ -269,21 +264,7 @@ func TestHelmChartAgentInstall(t *testing.T) {
 		{why: "no wildcard verb", group: "apps", resource: "deployments", verb: "*", ns: sys},
 		{why: "no non-resource URL but discovery", nonRes: "/metrics", verb: "get"},
 	}
-	for _, c := range cases {
-		spec := authorizationv1.SelfSubjectAccessReviewSpec{}
-		if c.nonRes != "" {
-			spec.NonResourceAttributes = &authorizationv1.NonResourceAttributes{Path: c.nonRes, Verb: c.verb}
-		} else {
-			spec.ResourceAttributes = &authorizationv1.ResourceAttributes{Group: c.group, Resource: c.resource, Subresource: c.sub, Verb: c.verb, Namespace: c.ns}
-		}
-		res, err := as.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{Spec: spec}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if res.Status.Allowed != c.allowed {
-			t.Errorf("%s: %s %s/%s%s in %q: allowed %v, want %v", c.why, c.verb, c.resource, c.sub, c.nonRes, c.ns, res.Status.Allowed, c.allowed)
-		}
-	}
+	assertAccess(t, as, cases)
 
 	// Real requests: a release record is written; impersonating an admin is refused.
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "release.chart-agent-", Namespace: sys}}

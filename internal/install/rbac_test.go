@@ -33,12 +33,7 @@ func TestControllerIdentityHasExactlyItsPermissions(t *testing.T) {
 		t.Fatal(err)
 	}
 	sys := rbac.SystemNamespace
-	cases := []struct {
-		// what the controller does (or must never do)
-		why                                    string
-		group, resource, sub, verb, ns, nonRes string
-		allowed                                bool
-	}{
+	cases := []accessCase{
 		{why: "watches every Rollout", group: "rewind.dev", resource: "rollouts", verb: "watch", allowed: true},
 		{why: "writes a Rollout's status", group: "rewind.dev", resource: "rollouts", sub: "status", verb: "patch", ns: team, allowed: true},
 		{why: "never writes a Rollout's spec (GitOps owns it)", group: "rewind.dev", resource: "rollouts", verb: "update", ns: team},
@@ -72,17 +67,7 @@ func TestControllerIdentityHasExactlyItsPermissions(t *testing.T) {
 		{why: "never grants itself more", group: "rbac.authorization.k8s.io", resource: "clusterrolebindings", verb: "create"},
 		{why: "never impersonates", resource: "users", verb: "impersonate"},
 	}
-	for _, c := range cases {
-		ssar := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
-			ResourceAttributes: &authorizationv1.ResourceAttributes{Group: c.group, Resource: c.resource, Subresource: c.sub, Verb: c.verb, Namespace: c.ns}}}
-		res, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(t.Context(), ssar, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if res.Status.Allowed != c.allowed {
-			t.Errorf("%s: %s %s/%s in %q: allowed %v, want %v", c.why, c.verb, c.resource, c.sub, c.ns, res.Status.Allowed, c.allowed)
-		}
-	}
+	assertAccess(t, cs, cases)
 }
 
 // TestMissingPermissionFailsLoudly runs the manager as the controller's ServiceAccount with
@@ -163,5 +148,33 @@ func TestMissingPermissionFailsLoudly(t *testing.T) {
 	})
 	if err != nil {
 		t.Errorf("a member whose Secret is in rewind-system is not Ready under the shipped RBAC: %+v", got)
+	}
+}
+
+// accessCase is one access review: what an identity does (or must never do) and whether it is
+// allowed.
+type accessCase struct {
+	why                                    string
+	group, resource, sub, verb, ns, nonRes string
+	allowed                                bool
+}
+
+// assertAccess asks the API server, as cs's identity (SelfSubjectAccessReview), each case.
+func assertAccess(t *testing.T, cs kubernetes.Interface, cases []accessCase) {
+	t.Helper()
+	for _, c := range cases {
+		spec := authorizationv1.SelfSubjectAccessReviewSpec{}
+		if c.nonRes != "" {
+			spec.NonResourceAttributes = &authorizationv1.NonResourceAttributes{Path: c.nonRes, Verb: c.verb}
+		} else {
+			spec.ResourceAttributes = &authorizationv1.ResourceAttributes{Group: c.group, Resource: c.resource, Subresource: c.sub, Verb: c.verb, Namespace: c.ns}
+		}
+		res, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(t.Context(), &authorizationv1.SelfSubjectAccessReview{Spec: spec}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Status.Allowed != c.allowed {
+			t.Errorf("%s: %s %s/%s%s in %q: allowed %v, want %v", c.why, c.verb, c.resource, c.sub, c.nonRes, c.ns, res.Status.Allowed, c.allowed)
+		}
 	}
 }
