@@ -2,13 +2,17 @@ package rollout
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
@@ -50,6 +54,48 @@ func (c laggingCache) List(ctx context.Context, list client.ObjectList, opts ...
 		return c.behind.List(ctx, list, opts...)
 	}
 	return c.Client.List(ctx, list, opts...)
+}
+
+// generations is the API server's handling of a RolloutTarget's metadata.generation, which the
+// fake client does not have: a write that changes the spec moves it, and a JSON patch whose
+// test fails is refused as Invalid (422), as kube-apiserver refuses it. Target spec writes
+// test the generation they read (patch.Spec).
+type generations struct{ client.Client }
+
+func (c generations) stored(ctx context.Context, obj client.Object) *v1alpha1.RolloutTarget {
+	if _, ok := obj.(*v1alpha1.RolloutTarget); !ok {
+		return nil
+	}
+	tg := &v1alpha1.RolloutTarget{}
+	if c.Client.Get(ctx, client.ObjectKeyFromObject(obj), tg) != nil {
+		return nil
+	}
+	return tg
+}
+
+func (c generations) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
+	if old := c.stored(ctx, obj); old != nil {
+		obj.SetGeneration(old.Generation)
+		if !equality.Semantic.DeepEqual(old.Spec, obj.(*v1alpha1.RolloutTarget).Spec) {
+			obj.SetGeneration(old.Generation + 1)
+		}
+	}
+	return c.Client.Update(ctx, obj, opts...)
+}
+
+func (c generations) Patch(ctx context.Context, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+	old := c.stored(ctx, obj)
+	if err := c.Client.Patch(ctx, obj, p, opts...); err != nil {
+		if p.Type() == types.JSONPatchType {
+			return apierrors.NewGenericServerResponse(http.StatusUnprocessableEntity, "", schema.GroupResource{}, "", err.Error(), 0, false)
+		}
+		return err
+	}
+	if old != nil && !equality.Semantic.DeepEqual(old.Spec, obj.(*v1alpha1.RolloutTarget).Spec) {
+		obj.SetGeneration(old.Generation + 1)
+		return c.Client.Update(ctx, obj)
+	}
+	return nil
 }
 
 var testNow = time.Date(2026, 12, 1, 16, 0, 0, 0, time.UTC)
@@ -113,9 +159,12 @@ func newWorld(t *testing.T, ro *v1alpha1.Rollout, cached []*v1alpha1.RolloutTarg
 	s := testScheme(t)
 	objs := []client.Object{ro}
 	for _, tg := range cached {
+		if tg.Generation == 0 {
+			tg.Generation = 1
+		}
 		objs = append(objs, tg)
 	}
-	server := fake.NewClientBuilder().WithScheme(s).WithStatusSubresource(&v1alpha1.Rollout{}, &v1alpha1.RolloutTarget{}).WithObjects(objs...).Build()
+	server := generations{fake.NewClientBuilder().WithScheme(s).WithStatusSubresource(&v1alpha1.Rollout{}, &v1alpha1.RolloutTarget{}).WithObjects(objs...).Build()}
 	var list v1alpha1.RolloutTargetList
 	if err := server.List(t.Context(), &list); err != nil {
 		t.Fatal(err)

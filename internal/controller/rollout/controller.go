@@ -463,8 +463,15 @@ func (s *scope) interruptedStart() (release, reason string, ok bool) {
 	return release, "", ok
 }
 
-// updateTarget changes a target's spec, retrying on conflicts. It says whether the target
-// changed: a view behind the API server may ask for a change the target already has.
+// updateTarget changes a target's spec. It says whether the target changed: a view behind the
+// API server may ask for a change the target already has.
+//
+// The spec is written whole, on condition that it is still the one read (patch.Spec tests its
+// generation), not under the optimistic lock on resourceVersion: the status of a target is
+// written often by its executor, an agent or the relay of a pull member, and a revision's
+// writes to a fleet's targets would otherwise conflict with them, each conflict costing a read
+// and a write again. A spec that did change since (this controller's own last write, not yet in
+// its cache) is read again from the API server and the change made over it.
 func (s *scope) updateTarget(ctx context.Context, cluster string, mutate func(*v1alpha1.RolloutTarget)) (changed bool, err error) {
 	t := s.targets[cluster]
 	if t == nil {
@@ -476,14 +483,20 @@ func (s *scope) updateTarget(ctx context.Context, cluster string, mutate func(*v
 		if equality.Semantic.DeepEqual(base.Spec, t.Spec) {
 			return false, nil
 		}
-		err := s.r.Client.Patch(ctx, t, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
-		if apierrors.IsConflict(err) && attempt < 5 {
-			// Read from the API server: the cache may still hold the version that conflicted
-			// (this reconciler's own last write may not have reached it).
-			if err := s.r.Live.Get(ctx, client.ObjectKeyFromObject(t), t); err != nil {
-				return false, err
+		p, err := patch.Spec(t, base.Generation)
+		if err != nil {
+			return false, err
+		}
+		err = s.r.Client.Patch(ctx, t, p)
+		if err != nil && attempt < 5 {
+			// Read from the API server: the cache may still hold the spec that was replaced.
+			stale, gerr := patch.StaleSpec(ctx, s.r.Live, t, base.Generation, err)
+			if gerr != nil {
+				return false, gerr
 			}
-			continue
+			if stale {
+				continue
+			}
 		}
 		if err != nil {
 			return false, fmt.Errorf("updating RolloutTarget %s: %w", t.Name, err)
