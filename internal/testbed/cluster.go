@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -56,9 +57,28 @@ func (t *Testbed) startEtcd(ctx context.Context) error {
 		return resp.StatusCode == http.StatusOK
 	})
 	if err != nil {
-		return fmt.Errorf("testbed: etcd did not become healthy (log: %s): %w", filepath.Join(t.StateDir, "logs", "etcd.log"), err)
+		log := filepath.Join(t.StateDir, "logs", "etcd.log")
+		return fmt.Errorf("testbed: etcd did not become healthy (log: %s): %w%s", log, err, logTail(log))
 	}
 	return nil
+}
+
+// logTailLines is how much of a component's log an error of its start carries: the state
+// directory, logs included, is removed when the testbed stops, so a start that failed is
+// otherwise not explained.
+const logTailLines = 15
+
+// logTail is the end of the log at path, for an error message: "" when it cannot be read.
+func logTail(path string) string {
+	data, err := os.ReadFile(path)
+	if err != nil || len(data) == 0 {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > logTailLines {
+		lines = lines[len(lines)-logTailLines:]
+	}
+	return "; the log ends with:\n  " + strings.Join(lines, "\n  ")
 }
 
 // pollUntil polls cond every 100ms until it holds, the process p exits, or timeout.
@@ -142,7 +162,7 @@ func (c *Cluster) runAPIServer(ctx context.Context) error {
 	c.api = p
 	c.mu.Unlock()
 	if err := c.waitReady(ctx, p); err != nil {
-		return fmt.Errorf("testbed: API server %s did not become ready (log: %s): %w", c.Name, c.logPath("kube-apiserver"), err)
+		return fmt.Errorf("testbed: API server %s did not become ready (log: %s): %w%s", c.Name, c.logPath("kube-apiserver"), err, logTail(c.logPath("kube-apiserver")))
 	}
 	return nil
 }
@@ -291,7 +311,8 @@ func (c *Cluster) startWorkloads(ctx context.Context) error {
 	err = pollUntil(ctx, readyTimeout, nil, func() bool {
 		for _, h := range c.helpers {
 			if h.exited() {
-				lastErr = fmt.Errorf("%s exited (log: %s)", h.rec.Name, c.logPath(strings.SplitN(h.rec.Name, "/", 2)[0]))
+				log := c.logPath(strings.SplitN(h.rec.Name, "/", 2)[0])
+				lastErr = fmt.Errorf("%s exited (log: %s)%s", h.rec.Name, log, logTail(log))
 				return true
 			}
 		}
