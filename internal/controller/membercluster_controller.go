@@ -7,15 +7,18 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -169,7 +172,7 @@ func (r *MemberClusterReconciler) now() time.Time {
 // holds up the others.
 func (r *MemberClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).
-		For(&v1alpha1.MemberCluster{}).
+		For(&v1alpha1.MemberCluster{}, builder.WithPredicates(predicate.Funcs{UpdateFunc: notOwnCheck})).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.membersForSecret)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 8})
 	if r.Probes != nil {
@@ -187,6 +190,24 @@ func (r *MemberClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 	}
 	return b.Complete(r)
+}
+
+// notOwnCheck passes a MemberCluster's update unless it changed its status.lastCheckTime alone:
+// each check writes that field, and its own write must not start the next check (at once, and
+// with a new time whenever the round trip took a second or more, so on without end on a loaded
+// hub). A change of the spec, the metadata or anything else in the status, such as an agent's
+// write, still checks the member.
+func notOwnCheck(e event.UpdateEvent) bool {
+	old, ok1 := e.ObjectOld.(*v1alpha1.MemberCluster)
+	cur, ok2 := e.ObjectNew.(*v1alpha1.MemberCluster)
+	if !ok1 || !ok2 {
+		return true
+	}
+	a, b := old.DeepCopy(), cur.DeepCopy()
+	for _, mc := range []*v1alpha1.MemberCluster{a, b} {
+		mc.Status.LastCheckTime, mc.ResourceVersion, mc.ManagedFields = nil, "", nil
+	}
+	return !equality.Semantic.DeepEqual(a, b)
 }
 
 func (r *MemberClusterReconciler) membersForSecret(ctx context.Context, o client.Object) []reconcile.Request {
