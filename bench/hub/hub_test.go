@@ -41,6 +41,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -205,6 +206,7 @@ func BenchmarkHub(b *testing.B) {
 	_, _ = p.resetPeak()
 	reqBefore := p.hubRequests(b)
 	cpuBefore := cpuTimes(p)
+	apiBefore := apiRequests(b)
 	stopProfile := p.profile(b, "a", 20)
 	upStart := time.Now()
 	setRelease(b, admin, ns, "mysql-b", nil)
@@ -213,6 +215,7 @@ func BenchmarkHub(b *testing.B) {
 	upWall := time.Since(upStart)
 	reqUp := p.hubRequests(b) - reqBefore
 	cpuUp := diff(cpuBefore, cpuTimes(p))
+	apiUp := diff(apiBefore, apiRequests(b))
 	rssA, _ := p.resetPeak()
 	revB := currentRevision(b, admin, ns)
 	type waveResult struct {
@@ -247,6 +250,7 @@ func BenchmarkHub(b *testing.B) {
 	ag.mu.Unlock()
 	reqBefore = p.hubRequests(b)
 	cpuBefore = cpuTimes(p)
+	apiBefore = apiRequests(b)
 	setRelease(b, admin, ns, "mysql-c", nil)
 	waitRollout(b, admin, ns, 30*time.Minute, func(ro *v1alpha1.Rollout) bool { return ro.Status.Phase == v1alpha1.RolloutRollingBack })
 	stopProfile = p.profile(b, "b", 20)
@@ -254,6 +258,7 @@ func BenchmarkHub(b *testing.B) {
 	stopProfile()
 	reqBack := p.hubRequests(b) - reqBefore
 	cpuBack := diff(cpuBefore, cpuTimes(p))
+	apiBack := diff(apiBefore, apiRequests(b))
 	rssB, _ := p.resetPeak()
 	revBack := rolled.Status.Revision
 	ag.mu.Lock()
@@ -285,6 +290,8 @@ func BenchmarkHub(b *testing.B) {
 	fmt.Printf("    CPU seconds during (b): %s\n", breakdown(cpuBack))
 	fmt.Printf("    per cluster: controller %.3f (a) and %.3f (b); hub kube-apiserver %.3f (a) and %.3f (b) CPU seconds\n",
 		cpuUp["controller"]/n, cpuBack["controller"]/n, cpuUp["kube-apiserver (hub)"]/n, cpuBack["kube-apiserver (hub)"]/n)
+	fmt.Printf("    hub kube-apiserver requests per cluster by verb and resource (everyone's: the controller's and the agents'), (a): %s\n", perCluster(apiUp, n))
+	fmt.Printf("    the same for (b): %s\n", perCluster(apiBack, n))
 	idle := diff(idleCPU, idleCPU2)
 	for k, v := range idle {
 		idle[k] = v / idleWall
@@ -603,6 +610,55 @@ func (p *controllerProcess) hubRequests(b *testing.B) float64 {
 		}
 	}
 	return sum
+}
+
+// apiRequests reads the hub kube-apiserver's request counter (apiserver_request_total), summed
+// by verb and resource ("PATCH rollouttargets/status"), everyone's requests: the controller's,
+// the agents' stand-in's and the benchmark's own watch.
+func apiRequests(b *testing.B) map[string]float64 {
+	b.Helper()
+	cs, err := kubernetes.NewForConfig(env.Hub.RESTConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	data, err := cs.RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		b.Fatalf("reading the hub API server's metrics: %v", err)
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(data), "\n") {
+		rest, ok := strings.CutPrefix(line, "apiserver_request_total{")
+		if !ok {
+			continue
+		}
+		labels, value, _ := strings.Cut(rest, "} ")
+		l := map[string]string{}
+		for _, kv := range strings.Split(labels, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			l[k] = strings.Trim(v, `"`)
+		}
+		if l["verb"] == "WATCH" || l["resource"] == "" {
+			continue // long-running, or not a resource (discovery, /metrics)
+		}
+		key := l["verb"] + " " + l["resource"]
+		if l["subresource"] != "" {
+			key += "/" + l["subresource"]
+		}
+		v, _ := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		out[key] += v
+	}
+	return out
+}
+
+// perCluster words the largest counts of m per cluster.
+func perCluster(m map[string]float64, n float64) string {
+	scaled := map[string]float64{}
+	for k, v := range m {
+		if v/n >= 0.05 {
+			scaled[k] = v / n
+		}
+	}
+	return breakdown(scaled)
 }
 
 // cpuTimes returns the CPU seconds used so far by the controller, this process (the agents'

@@ -204,10 +204,25 @@ func (r *Reconciler) relay(ctx context.Context, t *v1alpha1.RolloutTarget, mc *v
 				return ctrl.Result{}, err
 			}
 		}
+		// The copy's spec is written whole under a test of its generation (patch.Spec), not
+		// under the optimistic lock: the agent writes the copy's status all the time, and
+		// each of its writes would otherwise refuse this one (a conflict, a read and a write
+		// again, at every member of a wave at once). Only the hub writes the copy's spec: a
+		// failed test is this relay's own last write, not yet in its cache.
+		gen := cp.Generation
 		cp.Spec = copySpec(t)
-		if err := r.Client.Update(ctx, cp); apierrors.IsConflict(err) {
-			return patch.Result(ctx, ctrl.Result{}, nil, err) // the agent wrote the copy's status since the cache saw it
-		} else if err != nil {
+		p, err := patch.Spec(cp, gen)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if err := r.Client.Patch(ctx, cp, p); err != nil {
+			stale, gerr := patch.StaleSpec(ctx, r.reader(), &v1alpha1.RolloutTarget{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}, gen, err)
+			switch {
+			case gerr != nil:
+				return ctrl.Result{}, gerr
+			case stale:
+				return ctrl.Result{RequeueAfter: patch.ConflictRequeue}, nil // soon again, from the cache that has caught up
+			}
 			return ctrl.Result{}, fmt.Errorf("updating the copy %s of RolloutTarget %s/%s for pull member %s: %w", key, t.Namespace, t.Name, mc.Name, err)
 		}
 	default:
@@ -226,6 +241,14 @@ func (r *Reconciler) relay(ctx context.Context, t *v1alpha1.RolloutTarget, mc *v
 	}
 	t.Status = *want
 	return patch.Result(ctx, ctrl.Result{RequeueAfter: requeue}, nil, x.patch(ctx))
+}
+
+// reader reads from the API server, uncached (APIReader; Client when it is not set).
+func (r *Reconciler) reader() client.Reader {
+	if r.APIReader != nil {
+		return r.APIReader
+	}
+	return r.Client
 }
 
 func eventType(phase string) string {

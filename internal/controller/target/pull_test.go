@@ -2,7 +2,6 @@ package target
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -183,26 +183,122 @@ func TestRelayFoldsConflicts(t *testing.T) {
 	if err := hub.Get(ctx, client.ObjectKey{Namespace: v1alpha1.MemberNamespace("edge"), Name: CopyName(tgt)}, cp); err != nil {
 		t.Fatalf("the copy was not written: %v", err)
 	}
-	stalled := &conflictOnce{Client: hub}
-	r.Client = stalled
+	// The copy's spec patch refused by its generation test (the relay's own last write of
+	// the copy was not in its cache yet): soon again, no error.
+	gen := &copyGenerations{Client: hub, read: 1, live: 2, refuse: 1}
+	r.Client, r.APIReader = gen, gen.liveReader()
 	cur.Spec.Revision = 3
 	res, err = r.relay(ctx, cur, mc)
-	if !stalled.hit || err != nil || res.RequeueAfter <= 0 || res.RequeueAfter > time.Second {
-		t.Fatalf("a conflicting copy update (hit %v): result %+v, error %v; want a requeue within a second and no error", stalled.hit, res, err)
+	if gen.refused != 1 || err != nil || res.RequeueAfter <= 0 || res.RequeueAfter > time.Second {
+		t.Fatalf("a copy's spec patch that failed its generation test (%d refused): result %+v, error %v; want a requeue within a second and no error", gen.refused, res, err)
+	}
+	// Refused over an unchanged generation: the API server refused the spec itself; that is
+	// an error, not a stale copy.
+	gen = &copyGenerations{Client: hub, read: 1, live: 1, refuse: 1}
+	r.Client, r.APIReader = gen, gen.liveReader()
+	if _, err := r.relay(ctx, cur, mc); gen.refused != 1 || err == nil {
+		t.Fatalf("a copy's spec the API server refuses (%d refused): error %v; want the error", gen.refused, err)
 	}
 }
 
-// conflictOnce answers the first Update with the API's 409 Conflict, as the API server does
-// when the copy changed since it was read.
-type conflictOnce struct {
+// TestCopySpecWriteIgnoresAgentStatusWrites: the agent writes its copy's status between the
+// relay's read of the copy and its write of the copy's new spec (at 1,000 members it does so
+// all the time). The spec is written at once, over the agent's status, which stays: it was
+// refused before (the optimistic lock on resourceVersion), and the relay ran again.
+func TestCopySpecWriteIgnoresAgentStatusWrites(t *testing.T) {
+	scheme := runtime.NewScheme()
+	_ = v1alpha1.AddToScheme(scheme)
+	mc := &v1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: "edge"}, Spec: v1alpha1.MemberClusterSpec{Mode: v1alpha1.ModePull}}
+	tgt := &v1alpha1.RolloutTarget{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "ro-edge"},
+		Spec: v1alpha1.RolloutTargetSpec{Rollout: "ro", Cluster: "edge", Revision: 2, Path: v1alpha1.PathUpgrade}}
+	hub := fake.NewClientBuilder().WithScheme(scheme).WithObjects(mc, tgt).WithStatusSubresource(&v1alpha1.RolloutTarget{}).Build()
+	r := &Reconciler{Client: hub, Hub: hub, APIReader: hub}
+	ctx := context.Background()
+	cur := &v1alpha1.RolloutTarget{}
+	if err := hub.Get(ctx, client.ObjectKeyFromObject(tgt), cur); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.relay(ctx, cur, mc); err != nil { // the copy is created
+		t.Fatalf("relay: %v", err)
+	}
+	if err := hub.Get(ctx, client.ObjectKeyFromObject(tgt), cur); err != nil {
+		t.Fatal(err)
+	}
+	copyKey := client.ObjectKey{Namespace: v1alpha1.MemberNamespace("edge"), Name: CopyName(tgt)}
+	agent := &agentWritesAfterRead{Client: hub, key: copyKey}
+	r.Client = agent
+	cur.Spec.Start = true
+	res, err := r.relay(ctx, cur, mc)
+	if err != nil || res.RequeueAfter != 0 {
+		t.Fatalf("relay: result %+v, error %v; want the copy written at once", res, err)
+	}
+	got := &v1alpha1.RolloutTarget{}
+	if err := hub.Get(ctx, copyKey, got); err != nil {
+		t.Fatal(err)
+	}
+	if agent.writes != 1 || !got.Spec.Start {
+		t.Errorf("the copy's spec.start is %v after the agent's %d status writes; want true (the relay's write refused by the agent's status write)", got.Spec.Start, agent.writes)
+	}
+	if got.Status.Phase != v1alpha1.ClusterUpgrading {
+		t.Errorf("the copy's status.phase is %q; want the agent's %q, kept", got.Status.Phase, v1alpha1.ClusterUpgrading)
+	}
+}
+
+// agentWritesAfterRead writes the copy's status, as its agent does, right after the relay
+// read the copy (once): the copy the relay holds is one resourceVersion behind.
+type agentWritesAfterRead struct {
 	client.Client
-	hit bool
+	key    client.ObjectKey
+	writes int
 }
 
-func (c *conflictOnce) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
-	if !c.hit {
-		c.hit = true
-		return apierrors.NewConflict(v1alpha1.GroupVersion.WithResource("rollouttargets").GroupResource(), obj.GetName(), errors.New("the object has been modified"))
+func (a *agentWritesAfterRead) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if err := a.Client.Get(ctx, key, obj, opts...); err != nil || key != a.key || a.writes > 0 {
+		return err
 	}
-	return c.Client.Update(ctx, obj, opts...)
+	cp := obj.DeepCopyObject().(*v1alpha1.RolloutTarget)
+	cp.Status = v1alpha1.RolloutTargetStatus{Revision: cp.Spec.Revision, Path: cp.Spec.Path, Phase: v1alpha1.ClusterUpgrading}
+	a.writes++
+	return a.Client.Status().Update(ctx, cp)
+}
+
+// copyGenerations stands in for the API server's generations, which the fake client keeps
+// none of: a RolloutTarget read shows generation read (live through liveReader), and the
+// first refuse patches are refused with 422 Invalid, as a JSON patch whose test failed is.
+type copyGenerations struct {
+	client.Client
+	read, live      int64
+	refuse, refused int
+}
+
+func (g *copyGenerations) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	err := g.Client.Get(ctx, key, obj, opts...)
+	if _, ok := obj.(*v1alpha1.RolloutTarget); ok && err == nil {
+		obj.SetGeneration(g.read)
+	}
+	return err
+}
+
+func (g *copyGenerations) Patch(ctx context.Context, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+	if _, ok := obj.(*v1alpha1.RolloutTarget); ok && p.Type() == types.JSONPatchType && g.refused < g.refuse {
+		g.refused++
+		return apierrors.NewInvalid(v1alpha1.GroupVersion.WithKind("RolloutTarget").GroupKind(), obj.GetName(), nil)
+	}
+	return g.Client.Patch(ctx, obj, p, opts...)
+}
+
+func (g *copyGenerations) liveReader() client.Reader { return liveGenerations{g} }
+
+type liveGenerations struct{ g *copyGenerations }
+
+func (l liveGenerations) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	err := l.g.Client.Get(ctx, key, obj, opts...)
+	if err == nil {
+		obj.SetGeneration(l.g.live)
+	}
+	return err
+}
+
+func (l liveGenerations) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	return l.g.Client.List(ctx, list, opts...)
 }
