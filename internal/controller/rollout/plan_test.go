@@ -1,10 +1,12 @@
 package rollout
 
 import (
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/utils/ptr"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/controller/target"
@@ -174,5 +176,42 @@ func TestPlan(t *testing.T) {
 				t.Fatalf("a second plan differs:\n%s", diff)
 			}
 		})
+	}
+}
+
+// A rollback's first group is opened in the write that plans it: every cluster it restores at
+// once (all of them, unless spec.rollbackConcurrency or spec.rollbackByWave say otherwise),
+// as Decide would open them a reconcile later; a cluster with nothing to do counts against
+// the concurrency, as it does there. An upgrade, and a paused rollout, open nothing so.
+func TestARollbackIsOpenedInTheWriteThatPlansIt(t *testing.T) {
+	waves := []v1alpha1.Wave{{Name: "canary", MaxConcurrency: 1}, {Name: "rest", MaxConcurrency: 1}}
+	back := []TargetPlan{
+		{Cluster: "m1", Wave: 0, Path: restore}, {Cluster: "m2", Wave: 1, Path: restore},
+		{Cluster: "m3", Wave: 1, Path: none}, {Cluster: "m4", Wave: 1, Path: restore},
+	}
+	cases := []struct {
+		name  string
+		spec  v1alpha1.RolloutSpec
+		plans []TargetPlan
+		want  []string
+	}{
+		{"every cluster at once", v1alpha1.RolloutSpec{Waves: waves}, back, []string{"m1", "m2", "m4"}},
+		{"rollbackConcurrency 2, the cluster with nothing to do counting", v1alpha1.RolloutSpec{Waves: waves, RollbackConcurrency: ptr.To(int32(2))}, back, []string{"m1"}},
+		{"rollbackConcurrency 3", v1alpha1.RolloutSpec{Waves: waves, RollbackConcurrency: ptr.To(int32(3))}, back, []string{"m1", "m2"}},
+		{"rollbackByWave: the last wave first", v1alpha1.RolloutSpec{Waves: waves, RollbackByWave: true}, back, []string{"m2", "m4"}},
+		{"paused", v1alpha1.RolloutSpec{Waves: waves, Paused: true}, back, nil},
+		{"an upgrade", v1alpha1.RolloutSpec{Waves: waves}, []TargetPlan{{Cluster: "m1", Path: upgrade}, {Cluster: "m2", Wave: 1, Path: upgrade}}, nil},
+	}
+	for _, tc := range cases {
+		var got []string
+		for c, open := range openedAtOnce(&tc.spec, tc.plans) {
+			if open {
+				got = append(got, c)
+			}
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: opened %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

@@ -199,6 +199,7 @@ func (r *Reconciler) writeTargets(ctx context.Context, s *scope, revision int32,
 			todo = append(todo, p)
 		}
 	}
+	open := openedAtOnce(&ro.Spec, plans)
 	err := eachTarget(ctx, todo, func(ctx context.Context, p TargetPlan) error {
 		spec := v1alpha1.RolloutTargetSpec{
 			Rollout: ro.Name, Cluster: p.Cluster, Revision: revision, Wave: p.Wave, Path: p.Path,
@@ -207,8 +208,9 @@ func (r *Reconciler) writeTargets(ctx context.Context, s *scope, revision int32,
 			Operator: ro.Spec.Operator, InstallNamespace: ro.Spec.InstallNamespace, HealthGates: ro.Spec.HealthGates,
 			PruneOnRollback: ro.Spec.PruneOnRollback, SnapshotRetention: ro.Spec.SnapshotRetention, SnapshotStore: ro.Spec.SnapshotStore,
 			UnreachablePolicy: ro.Spec.UnreachablePolicy,
-			// A cluster with nothing to do is opened at once: its executor only records it.
-			Start:  p.Path == v1alpha1.PathNone,
+			// A cluster with nothing to do is opened at once: its executor only records it;
+			// so is each cluster a rollback's first group restores now (openedAtOnce).
+			Start:  p.Path == v1alpha1.PathNone || open[p.Cluster],
 			Reason: reason,
 		}
 		if p.Message != "" && reason == "" {
@@ -245,6 +247,30 @@ func (r *Reconciler) writeTargets(ctx context.Context, s *scope, revision int32,
 		delete(s.targets, name)
 	}
 	return nil
+}
+
+// openedAtOnce returns the clusters of a rollback that its first write opens: those the first
+// group would start as soon as the revision is recorded (Decide on the plan, every cluster
+// pending), unless spec.paused holds the rollout. A rollback needs no approval and takes no
+// snapshot, so nothing can come between; opening them in the write that plans them spares
+// every cluster a second write of its target (and a pull member's copy, a second relay),
+// and the time for the cache to hold the whole revision: a RollbackAll of 1,000 clusters
+// is told to restore in one write each. An upgrade is opened by the reconcile as before: a
+// wave may wait for approval or for its snapshot store.
+func openedAtOnce(spec *v1alpha1.RolloutSpec, plans []TargetPlan) map[string]bool {
+	if !IsRollback(plans) || spec.Paused {
+		return nil
+	}
+	clusters := make([]Cluster, 0, len(plans))
+	for _, p := range plans {
+		clusters = append(clusters, Cluster{Name: p.Cluster, Wave: p.Wave, Phase: v1alpha1.ClusterPending, Started: p.Path == v1alpha1.PathNone})
+	}
+	d := Decide(spec, 0, nil, clusters, len(plans), true)
+	open := make(map[string]bool, len(d.Start))
+	for _, c := range d.Start {
+		open[c] = true
+	}
+	return open
 }
 
 // TargetName names the target of a cluster in a rollout.
