@@ -282,6 +282,9 @@ func BenchmarkHub(b *testing.B) {
 	fmt.Printf("    from the failed gate to every cluster's copy told to restore: %6.1f s (goal <= 10 s)\n", lastTold.Sub(failedAt).Seconds())
 	fmt.Printf("    from the failed gate to all %d restored on the hub:          %6.1f s (goal <= 60 s; the agents' own restore path: %.1f s)\n",
 		len(restoreClusters), allRestored.Sub(failedAt).Seconds(), d.restorePath().Seconds())
+	fmt.Printf("    timeline from the failed gate, every 5 s: targets of the rollback written / opened on the hub / copies told to restore / targets %s / %s on the hub:\n",
+		v1alpha1.ClusterRollingBack, v1alpha1.ClusterRolledBack)
+	w.timeline(failedAt, 5*time.Second, revBack, len(told), told, v1alpha1.ClusterRollingBack, v1alpha1.ClusterRolledBack)
 	fmt.Printf("    load average after the rollback: %s\n", loadavg())
 	fmt.Printf("(c) controller peak RSS: %.0f MiB during (a), %.0f MiB during (b) (goal <= 500 MiB)\n", float64(rssA)/(1<<20), float64(rssB)/(1<<20))
 	n := float64(members)
@@ -331,13 +334,15 @@ func selectWave(names []string, waveOf func(int) int, w int) []string {
 // targetWatch records, from a watch of the Rollout's targets on the hub, when each cluster's
 // target was first seen opened (spec.start) and first seen in a phase, by revision.
 type targetWatch struct {
-	mu     sync.Mutex
-	opened map[int32]map[string]time.Time
-	phase  map[int32]map[string]map[string]time.Time
+	mu sync.Mutex
+	// written: when each cluster's target was first seen planned at a revision.
+	written map[int32]map[string]time.Time
+	opened  map[int32]map[string]time.Time
+	phase   map[int32]map[string]map[string]time.Time
 }
 
 func watchTargets(ctx context.Context, ns string) (*targetWatch, error) {
-	w := &targetWatch{opened: map[int32]map[string]time.Time{}, phase: map[int32]map[string]map[string]time.Time{}}
+	w := &targetWatch{written: map[int32]map[string]time.Time{}, opened: map[int32]map[string]time.Time{}, phase: map[int32]map[string]map[string]time.Time{}}
 	ca, err := cache.New(env.Hub.RESTConfig(), cache.Options{Scheme: testenv.HubScheme, DefaultNamespaces: map[string]cache.Config{ns: {}}})
 	if err != nil {
 		return nil, err
@@ -352,6 +357,12 @@ func watchTargets(ctx context.Context, ns string) (*targetWatch, error) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		r := t.Spec.Revision
+		if w.written[r] == nil {
+			w.written[r] = map[string]time.Time{}
+		}
+		if _, ok := w.written[r][t.Spec.Cluster]; !ok {
+			w.written[r][t.Spec.Cluster] = now
+		}
 		if t.Spec.Start {
 			if w.opened[r] == nil {
 				w.opened[r] = map[string]time.Time{}
@@ -380,6 +391,49 @@ func watchTargets(ctx context.Context, ns string) (*targetWatch, error) {
 		return nil, fmt.Errorf("the benchmark's cache did not sync")
 	}
 	return w, nil
+}
+
+// timeline prints, every step from start until each count reaches total, how many
+// clusters had their target of revision rev written, opened, their copy told (told), their
+// target seen in phase active and in phase done, on the hub.
+func (w *targetWatch) timeline(start time.Time, step time.Duration, rev int32, total int, told map[string]time.Time, active, done string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	phase := func(ph string) map[string]time.Time {
+		out := map[string]time.Time{}
+		for c, seen := range w.phase[rev] {
+			if at, ok := seen[ph]; ok {
+				out[c] = at
+			}
+		}
+		return out
+	}
+	series := []map[string]time.Time{w.written[rev], w.opened[rev], told, phase(active), phase(done)}
+	count := func(m map[string]time.Time, by time.Time) (n int) {
+		for _, at := range m {
+			if !at.After(by) {
+				n++
+			}
+		}
+		return n
+	}
+	var line []string
+	for at := start; ; at = at.Add(step) {
+		var parts []string
+		all := true
+		for _, m := range series {
+			n := count(m, at)
+			all = all && n >= total
+			parts = append(parts, strconv.Itoa(n))
+		}
+		line = append(line, fmt.Sprintf("+%.0fs %s", at.Sub(start).Seconds(), strings.Join(parts, "/")))
+		if all || at.Sub(start) > 10*time.Minute {
+			break
+		}
+	}
+	for i := 0; i < len(line); i += 6 {
+		fmt.Printf("      %s\n", strings.Join(line[i:min(i+6, len(line))], "   "))
+	}
 }
 
 // window is the first opening and the last time a phase done says so was seen among
