@@ -96,6 +96,9 @@ type Reconciler struct {
 	// KeyNamespace holds the snapshot key Secret ("": snapshot.KeyNamespace); an agent's is
 	// its member's hub namespace.
 	KeyNamespace string
+
+	// copied remembers the inputs the relay copied for each pull member's copy.
+	copied copiedInputs
 }
 
 func (r *Reconciler) now() time.Time {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -109,6 +110,7 @@ func (r *Reconciler) dropCopy(ctx context.Context, t *v1alpha1.RolloutTarget) er
 	if err := r.Client.Delete(ctx, cp); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("deleting the copy %s/%s of RolloutTarget %s/%s: %w", cp.Namespace, cp.Name, t.Namespace, t.Name, err)
 	}
+	r.copied.forget(client.ObjectKeyFromObject(cp))
 	base := t.DeepCopy()
 	controllerutil.RemoveFinalizer(t, FinalizerMemberCopy)
 	return client.IgnoreNotFound(r.Client.Patch(ctx, t, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})))
@@ -196,11 +198,14 @@ func (r *Reconciler) relay(ctx context.Context, t *v1alpha1.RolloutTarget, mc *v
 		} else if err != nil {
 			return ctrl.Result{}, fmt.Errorf("creating the copy %s of RolloutTarget %s/%s for pull member %s: %w", key, t.Namespace, t.Name, mc.Name, err)
 		}
+		if items, ok := r.inputItems(ctx, t); ok {
+			r.copied.add(cp, items)
+		}
 	case err != nil:
 		return ctrl.Result{}, err
 	case !equality.Semantic.DeepEqual(cp.Spec, copySpec(t)):
 		if cp.Spec.Revision != t.Spec.Revision || cp.Spec.Path != t.Spec.Path || cp.Spec.SnapshotStore != copySpec(t).SnapshotStore {
-			if err := r.copyInputs(ctx, t, ns); err != nil {
+			if err := r.copyNewInputs(ctx, t, cp); err != nil {
 				return ctrl.Result{}, err
 			}
 		}
@@ -295,6 +300,103 @@ func (r *Reconciler) relayedStatus(t, cp *v1alpha1.RolloutTarget, mc *v1alpha1.M
 	want.WaitingFor, want.WaitingSince = v1alpha1.ReasonMemberUnreachable, &since
 	want.Message = msg + "; the cluster waits until the agent is back (spec.unreachablePolicy Hold)"
 	return want, waitPoll
+}
+
+// copiedInputs remembers, for each copy (by namespace and name, for the copy of that UID), the
+// inputs the relay copied into its member's namespace for it: releases (with their manifests'
+// digest) and renderings, all immutable. A copy's next revision copies its inputs only when
+// it names one not copied for it before: a RollbackAll returns every cluster to inputs its
+// last two revisions brought, and copying them again cost each cluster about ten reads from
+// the API server (renderings whole) when the hub's API server has least to spare. It lives in
+// memory: after a restart, and for a copy made again (a new UID: its namespace may be new),
+// the inputs are copied again, as before.
+type copiedInputs struct {
+	mu sync.Mutex
+	m  map[types.NamespacedName]copiedSet
+}
+
+type copiedSet struct {
+	uid   types.UID
+	items map[string]bool
+}
+
+func (c *copiedInputs) add(cp *v1alpha1.RolloutTarget, items []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[types.NamespacedName]copiedSet{}
+	}
+	k := client.ObjectKeyFromObject(cp)
+	set := c.m[k]
+	if set.uid != cp.UID || set.items == nil {
+		set = copiedSet{uid: cp.UID, items: map[string]bool{}}
+	}
+	for _, it := range items {
+		set.items[it] = true
+	}
+	c.m[k] = set
+}
+
+// has says whether every one of items was copied for cp.
+func (c *copiedInputs) has(cp *v1alpha1.RolloutTarget, items []string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	set, ok := c.m[client.ObjectKeyFromObject(cp)]
+	if !ok || set.uid != cp.UID || cp.UID == "" {
+		return false
+	}
+	for _, it := range items {
+		if !set.items[it] {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *copiedInputs) forget(key types.NamespacedName) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, key)
+}
+
+// inputItems names the inputs t's steps read in its member's namespace (what copyInputs
+// copies but the store), from the cache: each release with its manifests' digest, each
+// rendering. ok is false when one cannot be named so (a release not in the cache, or not
+// ready): copyInputs then reads and says what is wrong.
+func (r *Reconciler) inputItems(ctx context.Context, t *v1alpha1.RolloutTarget) (items []string, ok bool) {
+	for _, name := range []string{t.Spec.ToRelease, t.Spec.FromRelease} {
+		if name == "" {
+			continue
+		}
+		rel := &v1alpha1.OperatorRelease{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: t.Namespace, Name: name}, rel); err != nil || release.CheckReady(rel) != nil {
+			return nil, false
+		}
+		items = append(items, "release "+t.Namespace+"/"+name+" "+release.ManifestDigest(rel))
+	}
+	for _, digest := range []string{t.Spec.Manifests, t.Spec.FromManifests} {
+		if digest != "" {
+			items = append(items, "rendering "+t.Namespace+" "+digest)
+		}
+	}
+	return items, true
+}
+
+// copyNewInputs copies t's inputs for its copy cp unless every one was copied for cp before
+// (copiedInputs); the store's copy and its Secrets follow with every revision either way, so
+// that rotated credentials reach the member with the next change.
+func (r *Reconciler) copyNewInputs(ctx context.Context, t, cp *v1alpha1.RolloutTarget) error {
+	items, ok := r.inputItems(ctx, t)
+	if ok && r.copied.has(cp, items) {
+		return r.copyStore(ctx, t, cp.Namespace, true)
+	}
+	if err := r.copyInputs(ctx, t, cp.Namespace); err != nil {
+		return err
+	}
+	if ok {
+		r.copied.add(cp, items)
+	}
+	return nil
 }
 
 // copyInputs copies into a pull member's namespace what the steps of t read there: the

@@ -2,19 +2,25 @@ package target
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/artifact"
+	"github.com/rewind-dev/rewind/internal/release"
 )
 
 // TestRelayedStatus: the status a pull member's target shows is its copy's (once the agent
@@ -301,4 +307,100 @@ func (l liveGenerations) Get(ctx context.Context, key client.ObjectKey, obj clie
 
 func (l liveGenerations) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
 	return l.g.Client.List(ctx, list, opts...)
+}
+
+// TestARollbackCopiesNoInputAgain: a copy's next revision copies its inputs into the member's
+// namespace only when it names one not copied for that copy before. A rollback returns to the
+// releases and renderings its last revisions brought: nothing is read from the API server for
+// them again (before, each cluster of a RollbackAll read both releases and both renderings
+// again, and looked for each in its namespace); a revision with a new release copies it.
+func TestARollbackCopiesNoInputAgain(t *testing.T) {
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	_ = v1alpha1.AddToScheme(scheme)
+	_ = corev1.AddToScheme(scheme)
+	mc := &v1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: "edge"}, Spec: v1alpha1.MemberClusterSpec{Mode: v1alpha1.ModePull}}
+	uids := 0
+	hub := fake.NewClientBuilder().WithScheme(scheme).WithObjects(mc).WithStatusSubresource(&v1alpha1.RolloutTarget{}, &v1alpha1.OperatorRelease{}).
+		WithInterceptorFuncs(interceptor.Funcs{Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			uids++ // the fake client gives no UID; the API server does
+			obj.SetUID(types.UID(fmt.Sprintf("uid-%d", uids)))
+			return c.Create(ctx, obj, opts...)
+		}}).Build()
+	rendering := map[string]string{}
+	for _, name := range []string{"a", "b", "c"} {
+		cm := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "op-" + name, "namespace": "op"}}}
+		canonical, err := release.Canonical([]*unstructured.Unstructured{cm})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel := &v1alpha1.OperatorRelease{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name},
+			Spec: v1alpha1.OperatorReleaseSpec{Operator: "op", Version: name, Digest: release.Digest(canonical)}}
+		if _, err := release.Create(ctx, hub, rel, canonical); err != nil {
+			t.Fatal(err)
+		}
+		ref, err := artifact.Put(ctx, hub, "team-a", release.ArtifactKind, []byte("rendering of "+name+" for edge"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rendering[name] = ref.Digest
+	}
+	reads := &countingReader{Reader: hub}
+	r := &Reconciler{Client: hub, Hub: reads, APIReader: hub}
+	tgt := &v1alpha1.RolloutTarget{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "ro-edge"}}
+	if err := hub.Create(ctx, tgt); err != nil {
+		t.Fatal(err)
+	}
+	memberNS := v1alpha1.MemberNamespace("edge")
+	revision := func(rev int32, path, from, to string) {
+		t.Helper()
+		cur := &v1alpha1.RolloutTarget{}
+		if err := hub.Get(ctx, client.ObjectKeyFromObject(tgt), cur); err != nil {
+			t.Fatal(err)
+		}
+		cur.Spec = v1alpha1.RolloutTargetSpec{Rollout: "ro", Cluster: "edge", Revision: rev, Path: path, Start: true,
+			FromRelease: from, ToRelease: to, FromManifests: rendering[from], Manifests: rendering[to]}
+		if err := hub.Update(ctx, cur); err != nil {
+			t.Fatal(err)
+		}
+		reads.n = 0
+		if res, err := r.relay(ctx, cur, mc); err != nil || res.RequeueAfter != 0 {
+			t.Fatalf("revision %d: relay: result %+v, error %v", rev, res, err)
+		}
+		cp := &v1alpha1.RolloutTarget{}
+		if err := hub.Get(ctx, client.ObjectKey{Namespace: memberNS, Name: CopyName(tgt)}, cp); err != nil || cp.Spec.Revision != rev {
+			t.Fatalf("revision %d: the copy is at revision %d (%v)", rev, cp.Spec.Revision, err)
+		}
+	}
+	inMember := func(rel string) bool {
+		if err := hub.Get(ctx, client.ObjectKey{Namespace: memberNS, Name: rel}, &v1alpha1.OperatorRelease{}); err != nil {
+			return false
+		}
+		_, err := artifact.Get(ctx, hub, memberNS, rendering[rel])
+		return err == nil
+	}
+
+	revision(2, v1alpha1.PathUpgrade, "a", "b") // the copy is made, with its inputs
+	if !inMember("a") || !inMember("b") || reads.n == 0 {
+		t.Fatalf("revision 2: releases a and b and their renderings must be copied (%d reads)", reads.n)
+	}
+	revision(3, v1alpha1.PathRestore, "b", "a") // the rollback: the same inputs
+	if reads.n != 0 {
+		t.Errorf("the rollback read %d objects from the API server to copy inputs its copy has; want none", reads.n)
+	}
+	revision(4, v1alpha1.PathUpgrade, "a", "c") // a new release
+	if !inMember("c") || reads.n == 0 {
+		t.Errorf("revision 4: release c and its rendering must be copied (%d reads)", reads.n)
+	}
+}
+
+// countingReader counts the reads made through it.
+type countingReader struct {
+	client.Reader
+	n int
+}
+
+func (c *countingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	c.n++
+	return c.Reader.Get(ctx, key, obj, opts...)
 }
