@@ -17,14 +17,18 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
@@ -99,6 +103,8 @@ type Reconciler struct {
 
 	// copied remembers the inputs the relay copied for each pull member's copy.
 	copied copiedInputs
+	// relayed paces the relay's writes of pull members' targets' status.
+	relayed relayedWrites
 }
 
 func (r *Reconciler) now() time.Time {
@@ -559,6 +565,37 @@ func (d readThrough) List(ctx context.Context, list client.ObjectList, opts ...c
 	return d.reader.List(ctx, list, opts...)
 }
 
+// openedFirst enqueues a target as handler.EnqueueRequestForObject does, but with low
+// priority while it is not opened (spec.start false) and when the cache's first list brings
+// it: a revision writes every cluster's target at once and opens a wave later; the relay of
+// an opened target (a wave, a rollback) goes before the copies of every other cluster's
+// target that the revision's write queued (they are only made ready ahead of their wave).
+func openedFirst() handler.TypedEventHandler[client.Object, reconcile.Request] {
+	add := func(q workqueue.TypedRateLimitingInterface[reconcile.Request], o client.Object, initial bool) {
+		req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(o)}
+		t, ok := o.(*v1alpha1.RolloutTarget)
+		if pq, isPQ := q.(priorityqueue.PriorityQueue[reconcile.Request]); isPQ && ok && (initial || !t.Spec.Start) {
+			pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(handler.LowPriority)}, req)
+			return
+		}
+		q.Add(req)
+	}
+	return handler.TypedFuncs[client.Object, reconcile.Request]{
+		CreateFunc: func(_ context.Context, e event.TypedCreateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(q, e.Object, e.IsInInitialList)
+		},
+		UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(q, e.ObjectNew, false)
+		},
+		DeleteFunc: func(_ context.Context, e event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)})
+		},
+		GenericFunc: func(_ context.Context, e event.TypedGenericEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)})
+		},
+	}
+}
+
 // SetupWithManager registers the reconciler with Workers workers. Only spec changes (a new
 // generation) and annotation changes (an approval of inconclusive metrics) trigger a
 // reconcile: the target writes its own status.
@@ -568,7 +605,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		workers = 32
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
-		For(&v1alpha1.RolloutTarget{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		Named("rollouttarget").
+		Watches(&v1alpha1.RolloutTarget{}, openedFirst(), builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers})
 	if r.Local == "" {
 		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.RolloutTarget{}, indexCluster, func(o client.Object) []string {

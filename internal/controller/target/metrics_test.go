@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
@@ -41,8 +42,8 @@ func TestMetricGateAgainstRealPrometheus(t *testing.T) {
 
 	metric := func(address string) v1alpha1.Metric {
 		return v1alpha1.Metric{Name: "errors", SuccessCondition: "result[0] < 0.05", FailureCondition: "result[0] >= 0.05",
-			ConsecutiveErrorLimit: ptr[int32](2),
-			Provider: v1alpha1.MetricProvider{Prometheus: &v1alpha1.PrometheusMetric{Address: address, Timeout: ptr[int64](5),
+			ConsecutiveErrorLimit: ptr.To[int32](2),
+			Provider: v1alpha1.MetricProvider{Prometheus: &v1alpha1.PrometheusMetric{Address: address, Timeout: ptr.To[int64](5),
 				Query: `app_error_ratio{cluster="{{.Cluster.Name}}",region="{{index .Cluster.Labels "region"}}"}`}}}
 	}
 	newTarget := func(revision int32, m v1alpha1.Metric) *execution {
@@ -145,5 +146,3 @@ func TestMetricGateAgainstRealPrometheus(t *testing.T) {
 	})
 	_ = analysis.DefaultErrorRetry
 }
-
-func ptr[T any](v T) *T { return &v }

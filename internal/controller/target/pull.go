@@ -111,6 +111,7 @@ func (r *Reconciler) dropCopy(ctx context.Context, t *v1alpha1.RolloutTarget) er
 		return fmt.Errorf("deleting the copy %s/%s of RolloutTarget %s/%s: %w", cp.Namespace, cp.Name, t.Namespace, t.Name, err)
 	}
 	r.copied.forget(client.ObjectKeyFromObject(cp))
+	r.relayed.forget(client.ObjectKeyFromObject(t))
 	base := t.DeepCopy()
 	controllerutil.RemoveFinalizer(t, FinalizerMemberCopy)
 	return client.IgnoreNotFound(r.Client.Patch(ctx, t, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})))
@@ -240,12 +241,74 @@ func (r *Reconciler) relay(ctx context.Context, t *v1alpha1.RolloutTarget, mc *v
 	if equality.Semantic.DeepEqual(*want, t.Status) {
 		return ctrl.Result{RequeueAfter: requeue}, nil
 	}
+	tkey := client.ObjectKeyFromObject(t)
+	if wait := r.relayed.wait(tkey, &t.Status, want, r.now()); wait > 0 {
+		if requeue == 0 || wait < requeue {
+			requeue = wait
+		}
+		return ctrl.Result{RequeueAfter: requeue}, nil
+	}
 	x := r.newExecution(t)
 	if want.Phase != t.Status.Phase && want.Revision == t.Spec.Revision {
 		x.event(eventType(want.Phase), "Cluster"+want.Phase, "%s: %s", t.Spec.Cluster, want.Message)
 	}
 	t.Status = *want
-	return patch.Result(ctx, ctrl.Result{RequeueAfter: requeue}, nil, x.patch(ctx))
+	err = x.patch(ctx)
+	if err == nil {
+		r.relayed.wrote(tkey, r.now())
+	}
+	return patch.Result(ctx, ctrl.Result{RequeueAfter: requeue}, nil, err)
+}
+
+// relayInterval is the least time between two relayed writes of a target's status that only
+// record progress (relayedWrites).
+const relayInterval = 2 * time.Second
+
+// relayedWrites paces the relay's writes of targets' status. A change that matters to the
+// Rollout (a new revision or path, a phase, a wait, a new attempt, the spec observed) is
+// written at once; one that only records progress within a phase (the next step, a restore's
+// inner point, a health check's time) at most every relayInterval per target, the latest at
+// the end of it: nothing is lost, but the hub is not written each time an agent journals a
+// step. At 1,000 members the agents' steps were most of the hub API server's writes, and
+// each one woke the Rollout.
+type relayedWrites struct {
+	mu   sync.Mutex
+	last map[types.NamespacedName]time.Time
+}
+
+// progressOnly says whether cur differs from old only by progress within the same phase.
+func progressOnly(old, cur *v1alpha1.RolloutTargetStatus) bool {
+	return old.Revision == cur.Revision && old.Path == cur.Path && old.Phase == cur.Phase && old.WaitingFor == cur.WaitingFor &&
+		old.Attempt == cur.Attempt && old.ObservedGeneration == cur.ObservedGeneration && old.Snapshot == cur.Snapshot
+}
+
+// wait is how long the write of want over have waits: 0 to write now.
+func (w *relayedWrites) wait(key types.NamespacedName, have, want *v1alpha1.RolloutTargetStatus, now time.Time) time.Duration {
+	if !progressOnly(have, want) {
+		return 0
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	last, ok := w.last[key]
+	if !ok {
+		return 0
+	}
+	return max(relayInterval-now.Sub(last), 0)
+}
+
+func (w *relayedWrites) wrote(key types.NamespacedName, at time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.last == nil {
+		w.last = map[types.NamespacedName]time.Time{}
+	}
+	w.last[key] = at
+}
+
+func (w *relayedWrites) forget(key types.NamespacedName) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.last, key)
 }
 
 // reader reads from the API server, uncached (APIReader; Client when it is not set).

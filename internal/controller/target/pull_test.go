@@ -13,10 +13,13 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/artifact"
@@ -403,4 +406,92 @@ type countingReader struct {
 func (c *countingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 	c.n++
 	return c.Reader.Get(ctx, key, obj, opts...)
+}
+
+// TestRelayPacesProgressWrites: the relay writes a target's status at once when it changes in
+// a way that matters to the Rollout (the first write, a new phase), and progress within a
+// phase (the next step) at most every relayInterval, the latest at the end of it: the agent's
+// next step, journaled a moment after the last write, is not written yet, but the relay runs
+// again when the interval ends and writes it then. (Before, every step an agent journaled
+// was written to the hub at once: at 1,000 members, most of the hub's writes.)
+func TestRelayPacesProgressWrites(t *testing.T) {
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	_ = v1alpha1.AddToScheme(scheme)
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	mc := &v1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: "edge"}, Spec: v1alpha1.MemberClusterSpec{Mode: v1alpha1.ModePull}}
+	tgt := &v1alpha1.RolloutTarget{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "ro-edge"},
+		Spec: v1alpha1.RolloutTargetSpec{Rollout: "ro", Cluster: "edge", Revision: 2, Path: v1alpha1.PathUpgrade, Start: true}}
+	hub := fake.NewClientBuilder().WithScheme(scheme).WithObjects(mc, tgt).WithStatusSubresource(&v1alpha1.RolloutTarget{}).Build()
+	r := &Reconciler{Client: hub, Hub: hub, APIReader: hub, Now: func() time.Time { return now }}
+	copyKey := client.ObjectKey{Namespace: v1alpha1.MemberNamespace("edge"), Name: CopyName(tgt)}
+	relay := func() (ctrl.Result, *v1alpha1.RolloutTarget) {
+		t.Helper()
+		cur := &v1alpha1.RolloutTarget{}
+		if err := hub.Get(ctx, client.ObjectKeyFromObject(tgt), cur); err != nil {
+			t.Fatal(err)
+		}
+		res, err := r.relay(ctx, cur, mc)
+		if err != nil {
+			t.Fatalf("relay: %v", err)
+		}
+		if err := hub.Get(ctx, client.ObjectKeyFromObject(tgt), cur); err != nil {
+			t.Fatal(err)
+		}
+		return res, cur
+	}
+	agentWrites := func(phase, step string) {
+		t.Helper()
+		cp := &v1alpha1.RolloutTarget{}
+		if err := hub.Get(ctx, copyKey, cp); err != nil {
+			t.Fatal(err)
+		}
+		cp.Status = v1alpha1.RolloutTargetStatus{Revision: 2, Path: v1alpha1.PathUpgrade, Phase: phase, Step: step}
+		if err := hub.Status().Update(ctx, cp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	relay() // the copy is made
+	agentWrites(v1alpha1.ClusterUpgrading, StepPrecheck)
+	if _, got := relay(); got.Status.Step != StepPrecheck {
+		t.Fatalf("the first status is written at once; step %q", got.Status.Step)
+	}
+	now = now.Add(500 * time.Millisecond)
+	agentWrites(v1alpha1.ClusterUpgrading, StepSnapshot)
+	res, got := relay()
+	if got.Status.Step != StepPrecheck || res.RequeueAfter <= 0 || res.RequeueAfter > relayInterval {
+		t.Errorf("the next step %s after 0.5 s: written %q, requeue %v; want it held, the relay again within %v", StepSnapshot, got.Status.Step, res.RequeueAfter, relayInterval)
+	}
+	now = now.Add(res.RequeueAfter)
+	if _, got := relay(); got.Status.Step != StepSnapshot {
+		t.Errorf("at the end of the interval the step held is written: %q", got.Status.Step)
+	}
+	now = now.Add(100 * time.Millisecond)
+	agentWrites(v1alpha1.ClusterSucceeded, StepDone)
+	if _, got := relay(); got.Status.Phase != v1alpha1.ClusterSucceeded {
+		t.Errorf("a new phase is written at once: %q", got.Status.Phase)
+	}
+}
+
+// TestOpenedTargetsGoFirst: a revision writes every cluster's target, and opens a wave (or a
+// rollback) a moment later. The opened target goes before those only made ready ahead of their
+// wave, though it came later: at 1,000 pull members, the wave of one cluster waited behind the
+// relay of every other cluster's copy.
+func TestOpenedTargetsGoFirst(t *testing.T) {
+	q := priorityqueue.New[reconcile.Request]("test")
+	defer q.ShutDown()
+	h := openedFirst()
+	ctx := context.Background()
+	for i := range 3 {
+		waiting := &v1alpha1.RolloutTarget{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: fmt.Sprintf("ro-m%d", i)}}
+		h.Create(ctx, event.CreateEvent{Object: waiting}, q)
+	}
+	before := &v1alpha1.RolloutTarget{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: "ro-wave1", ResourceVersion: "7"}}
+	opened := before.DeepCopy()
+	opened.ResourceVersion, opened.Spec.Start = "8", true
+	h.Update(ctx, event.UpdateEvent{ObjectOld: before, ObjectNew: opened}, q)
+	first, _, _ := q.GetWithPriority()
+	if first.Name != "ro-wave1" {
+		t.Errorf("first out: %s; want the opened target ro-wave1", first.Name)
+	}
 }
