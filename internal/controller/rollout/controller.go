@@ -526,10 +526,7 @@ func (s *scope) hold(ctx context.Context, paused bool) error {
 
 // targetWrites is how many RolloutTarget writes a reconcile has in flight at once: a wave of
 // many clusters opens in a few round trips to the hub, not in one per cluster after another.
-// On a busy hub API server (a fleet's agents and relays writing status) its requests share
-// the server with everyone else's in flight: at 16, a RollbackAll of 1,000 pull members wrote
-// about 25 targets a second (bench-hub).
-const targetWrites = 64
+const targetWrites = 16
 
 // eachTarget runs write for each item (a cluster, or a cluster's plan), targetWrites at once;
 // the first error cancels the others and is returned. Each write touches its own target only.
