@@ -220,6 +220,7 @@ func TestClustersRegisterListAndCheck(t *testing.T) {
 func TestUnreachableMemberDoesNotDisturbOthers(t *testing.T) {
 	ctx := t.Context()
 	hubClient(t)
+	started := time.Now()
 	startManager(t)
 	for _, m := range env.Members {
 		if out, err := run(ctx, "clusters", "add", m.Name, "--kubeconfig", m.Kubeconfig, "--hub-kubeconfig", env.Hub.Kubeconfig, "--check-interval", "1s"); err != nil {
@@ -228,9 +229,12 @@ func TestUnreachableMemberDoesNotDisturbOthers(t *testing.T) {
 	}
 	for _, m := range env.Members {
 		// Reachable=True may come from the reconciler's own check before the first probe: wait
-		// for the probe's verdict, so that the last success below is the probe's.
+		// for the probe's verdict, so that the last success below is the probe's. The probe of
+		// this test's manager: the members are the package's, and the status an earlier test's
+		// manager wrote stays (a probe success from before this manager probed the member let
+		// the member go down before this prober had a verdict on it; the check then said so).
 		waitMember(t, m.Name, "Reachable=True by the probe", func(mc *v1alpha1.MemberCluster) bool {
-			return reachable(mc) == "True" && mc.Status.LastProbeSuccessTime != nil
+			return reachable(mc) == "True" && mc.Status.LastProbeSuccessTime != nil && mc.Status.LastProbeSuccessTime.After(started)
 		})
 	}
 	lost, kept := env.Members[1], env.Members[0]
