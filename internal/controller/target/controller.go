@@ -565,34 +565,35 @@ func (d readThrough) List(ctx context.Context, list client.ObjectList, opts ...c
 	return d.reader.List(ctx, list, opts...)
 }
 
-// openedFirst enqueues a target as handler.EnqueueRequestForObject does, but with low
-// priority while it is not opened (spec.start false) and when the cache's first list brings
-// it: a revision writes every cluster's target at once and opens a wave later; the relay of
-// an opened target (a wave, a rollback) goes before the copies of every other cluster's
-// target that the revision's write queued (they are only made ready ahead of their wave).
-func openedFirst() handler.TypedEventHandler[client.Object, reconcile.Request] {
-	add := func(q workqueue.TypedRateLimitingInterface[reconcile.Request], o client.Object, initial bool) {
-		req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(o)}
-		t, ok := o.(*v1alpha1.RolloutTarget)
-		if pq, isPQ := q.(priorityqueue.PriorityQueue[reconcile.Request]); isPQ && ok && (initial || !t.Spec.Start) {
-			pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(handler.LowPriority)}, req)
-			return
-		}
-		q.Add(req)
+// openedFirst enqueues a target as handler.EnqueueRequestForObject does (which already
+// lowers the cache's first list and unchanged updates), but with low priority while the target
+// is not opened (spec.start false): a revision writes every cluster's target at once and opens
+// a wave later; the relay of an opened target (a wave, a rollback) goes before the copies of
+// every other cluster's target that the revision's write queued (they are only made ready
+// ahead of their wave).
+type openedFirst struct{ handler.EnqueueRequestForObject }
+
+// notOpened enqueues o with low priority and says so when o is a target not opened and q a
+// priority queue.
+func notOpened(o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) bool {
+	t, ok := o.(*v1alpha1.RolloutTarget)
+	pq, isPQ := q.(priorityqueue.PriorityQueue[reconcile.Request])
+	if !ok || !isPQ || t.Spec.Start {
+		return false
 	}
-	return handler.TypedFuncs[client.Object, reconcile.Request]{
-		CreateFunc: func(_ context.Context, e event.TypedCreateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			add(q, e.Object, e.IsInInitialList)
-		},
-		UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			add(q, e.ObjectNew, false)
-		},
-		DeleteFunc: func(_ context.Context, e event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)})
-		},
-		GenericFunc: func(_ context.Context, e event.TypedGenericEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)})
-		},
+	pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(handler.LowPriority)}, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(o)})
+	return true
+}
+
+func (h *openedFirst) Create(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	if !notOpened(e.Object, q) {
+		h.EnqueueRequestForObject.Create(ctx, e, q)
+	}
+}
+
+func (h *openedFirst) Update(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	if !notOpened(e.ObjectNew, q) {
+		h.EnqueueRequestForObject.Update(ctx, e, q)
 	}
 }
 
@@ -606,7 +607,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("rollouttarget").
-		Watches(&v1alpha1.RolloutTarget{}, openedFirst(), builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		Watches(&v1alpha1.RolloutTarget{}, &openedFirst{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers})
 	if r.Local == "" {
 		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.RolloutTarget{}, indexCluster, func(o client.Object) []string {

@@ -480,7 +480,7 @@ func TestRelayPacesProgressWrites(t *testing.T) {
 func TestOpenedTargetsGoFirst(t *testing.T) {
 	q := priorityqueue.New[reconcile.Request]("test")
 	defer q.ShutDown()
-	h := openedFirst()
+	h := &openedFirst{}
 	ctx := context.Background()
 	for i := range 3 {
 		waiting := &v1alpha1.RolloutTarget{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: fmt.Sprintf("ro-m%d", i)}}
