@@ -571,7 +571,9 @@ func (d readThrough) List(ctx context.Context, list client.ObjectList, opts ...c
 // a wave later; the relay of an opened target (a wave, a rollback) goes before the copies of
 // every other cluster's target that the revision's write queued (they are only made ready
 // ahead of their wave).
-type openedFirst struct{ handler.EnqueueRequestForObject }
+type openedFirst struct {
+	handler.EnqueueRequestForObject
+}
 
 // notOpened enqueues o with low priority and says so when o is a target not opened and q a
 // priority queue.
