@@ -32,6 +32,8 @@ import (
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/rewind-dev/rewind/internal/testbed/freeport"
 )
 
 // HubName is the name of the hub cluster.
@@ -455,22 +457,12 @@ func (t *Testbed) Stop() error {
 	return nil
 }
 
-// freePorts returns n distinct free TCP ports on 127.0.0.1.
+// freePorts returns n distinct free TCP ports on 127.0.0.1 for servers started as processes
+// (see package freeport for why not the kernel's pick).
 func freePorts(n int) ([]int, error) {
-	ls := make([]net.Listener, 0, n)
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	ports := make([]int, 0, n)
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("testbed: no free port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	ports, err := freeport.Ports(n)
+	if err != nil {
+		return nil, fmt.Errorf("testbed: %w", err)
 	}
 	return ports, nil
 }

@@ -8,7 +8,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -25,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/rewind-dev/rewind/internal/testbed"
+	"github.com/rewind-dev/rewind/internal/testbed/freeport"
 )
 
 // Server is a running Prometheus and the target it scrapes.
@@ -138,15 +138,14 @@ func (s *Server) Stop() {
 	}
 }
 
-// FreePort returns a TCP port nothing listens on now.
+// FreePort returns a TCP port nothing listens on now (package freeport).
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ps, err := freeport.Ports(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return ps[0]
 }
 
 // Set sets a gauge series of the target, e.g. Set(`app_error_ratio{cluster="member1"}`, 0.01).

@@ -1,18 +1,18 @@
 package testenv
 
 import (
-	"net"
 	"testing"
+
+	"github.com/rewind-dev/rewind/internal/testbed/freeport"
 )
 
-// FreeAddr returns a 127.0.0.1 address with a port that was free a moment ago, for a server a
-// test starts.
+// FreeAddr returns a 127.0.0.1 address with a port that is free now and reserved against other
+// test packages for a while (package freeport), for a server a test starts.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addr
 }
