@@ -6,8 +6,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"reflect"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/member"
+	"github.com/rewind-dev/rewind/internal/preflight"
 	"github.com/rewind-dev/rewind/internal/testbed"
 	"github.com/rewind-dev/rewind/internal/testbed/testenv"
 )
@@ -198,5 +203,76 @@ func TestPlanRidesOutMemberFaults(t *testing.T) {
 	t.Logf("%d plans under faults, all equal to the plan without them; injected on %s: %s (before: %s)", runs, faulted.Name, n, before)
 	if n.HTTPFaults <= before.HTTPFaults || n.ConnsReset+n.ConnsRefused <= before.ConnsReset+before.ConnsRefused {
 		t.Fatalf("no fault was injected: %s", n)
+	}
+}
+
+// failingDryRuns answers the first `left` dry-run applies it sees with a reset connection, as a
+// member that resets connections does, and passes everything else (and every later request) to
+// the member.
+type failingDryRuns struct {
+	next   http.RoundTripper
+	left   atomic.Int32
+	failed atomic.Int32
+}
+
+func (f *failingDryRuns) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodPatch && r.URL.Query().Get("dryRun") == metav1.DryRunAll && f.left.Add(-1) >= 0 {
+		f.failed.Add(1)
+		return nil, &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
+	}
+	return f.next.RoundTrip(r)
+}
+
+// A fault that outlasts the member client's retries of one dry run (member.RequestTries resets
+// in a row) is not the plan's verdict, and the dry run goes on from that object: the changes
+// equal those of a dry run without faults. Before the plan retried its requests, DryRun failed
+// at the first such fault and only a whole new plan got past it (TestPlanRidesOutMemberFaults
+// failed in CI when every one of its whole tries met one).
+func TestDryRunRidesOutAFaultThatOutlastsARequestsRetries(t *testing.T) {
+	m := env.Members[1]
+	ctx := t.Context()
+	ns := testenv.Namespace(t, m.RESTConfig())
+	live := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "live", "namespace": ns},
+		"data":     map[string]any{"mode": "old"},
+	}}
+	if err := memberClient(t, m).Create(ctx, live); err != nil {
+		t.Fatal(err)
+	}
+	objs := []*unstructured.Unstructured{
+		{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "live"}, "data": map[string]any{"mode": "new"}}},
+		{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "fresh"}, "data": map[string]any{"mode": "new"}}},
+	}
+	clean, err := member.New(m.Name, m.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := preflight.DryRun(ctx, clean, objs, ns)
+	if err != nil {
+		t.Fatalf("dry run without faults: %v", err)
+	}
+	if len(want) != 2 || want[0].Action != preflight.ActionUpdate || want[1].Action != preflight.ActionCreate {
+		t.Fatalf("dry run without faults: %+v", want)
+	}
+
+	faults := &failingDryRuns{}
+	// More resets in a row than the member client sends one request, for each of the two.
+	faults.left.Store(int32(2*member.RequestTries + 1))
+	cfg := m.RESTConfig()
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { faults.next = rt; return faults })
+	faulted, err := member.New(m.Name, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := preflight.DryRun(ctx, faulted, objs, ns)
+	if err != nil {
+		t.Fatalf("dry run after %d reset dry runs: a transient fault is its verdict: %v", faults.failed.Load(), err)
+	}
+	if n := faults.failed.Load(); n != int32(2*member.RequestTries+1) {
+		t.Fatalf("%d dry runs were reset, want %d", n, 2*member.RequestTries+1)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("dry run under faults differs from the one without them:\ngot:  %+v\nwant: %+v", got, want)
 	}
 }

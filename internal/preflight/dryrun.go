@@ -56,7 +56,11 @@ func DryRun(ctx context.Context, cl *member.Cluster, objs []*unstructured.Unstru
 		if err != nil {
 			return nil, err
 		}
-		live, err := ri.Get(ctx, u.GetName(), metav1.GetOptions{})
+		var live *unstructured.Unstructured
+		err = retryRequest(ctx, func() (err error) {
+			live, err = ri.Get(ctx, u.GetName(), metav1.GetOptions{})
+			return err
+		})
 		switch {
 		case apierrors.IsNotFound(err):
 			live = nil
@@ -66,7 +70,11 @@ func DryRun(ctx context.Context, cl *member.Cluster, objs []*unstructured.Unstru
 		obj := u.DeepCopy()
 		obj.SetResourceVersion("")
 		obj.SetManagedFields(nil)
-		result, err := ri.Apply(ctx, u.GetName(), obj, metav1.ApplyOptions{FieldManager: apply.FieldManager, Force: true, DryRun: []string{metav1.DryRunAll}})
+		var result *unstructured.Unstructured
+		err = retryRequest(ctx, func() (err error) {
+			result, err = ri.Apply(ctx, u.GetName(), obj, metav1.ApplyOptions{FieldManager: apply.FieldManager, Force: true, DryRun: []string{metav1.DryRunAll}})
+			return err
+		})
 		switch {
 		case err == nil:
 		case live == nil && apierrors.IsNotFound(err):

@@ -29,7 +29,7 @@ func Read(ctx context.Context, cl *member.Cluster, release map[string]*apiextens
 	for _, name := range sortedKeys(release) {
 		u := &unstructured.Unstructured{}
 		u.SetGroupVersionKind(crdGVK)
-		if err := cl.Client.Get(ctx, client.ObjectKey{Name: name}, u); err != nil {
+		if err := retryRequest(ctx, func() error { return cl.Client.Get(ctx, client.ObjectKey{Name: name}, u) }); err != nil {
 			if apierrors.IsNotFound(err) {
 				continue
 			}
@@ -62,7 +62,11 @@ func listCustomResources(ctx context.Context, cl *member.Cluster, crd *apiextens
 		if left := int64(max - len(out)); left < opts.Limit {
 			opts.Limit = left
 		}
-		list, err := cl.Dynamic.Resource(gvr).List(ctx, opts)
+		var list *unstructured.UnstructuredList
+		err := retryRequest(ctx, func() (err error) {
+			list, err = cl.Dynamic.Resource(gvr).List(ctx, opts)
+			return err
+		})
 		if err != nil {
 			return nil, false, fmt.Errorf("listing %s: %w", gvr.GroupResource(), err)
 		}

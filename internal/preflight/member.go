@@ -60,12 +60,26 @@ func (p MemberPlan) Findings() []Finding {
 }
 
 // memberPlanTries is how many times PlanMember plans a member in all when a fault (a reset
-// connection, a timeout, a 429 or 5xx) outlasts the retries of a single request.
-const memberPlanTries = 8
+// connection, a timeout, a 429 or 5xx) outlasts the retries of its requests (retryRequest).
+const memberPlanTries = 4
+
+// requestTries is how many times the plan sends one read or dry run in all when a fault
+// outlasts the member client's own retries of it (member.RequestTries, which a connection
+// refused for a moment or a reset while the answer was read can outlast): the plan goes on from
+// that request instead of from the start, so a plan of many requests gets through a member
+// that fails some of them. Every request the plan sends is a read or a dry run: sending it
+// again changes nothing.
+const requestTries = 5
+
+// retryRequest runs fn, one request of the plan, again with backoff while it fails with a
+// transient fault (fault.IsTransient), up to requestTries times or until ctx ends.
+func retryRequest(ctx context.Context, fn func() error) error {
+	return fault.Retry(ctx, requestTries, fn)
+}
 
 // PlanMember reads the member's installed-version record, CRDs and custom resources, plans the
 // release there and dry-runs its apply (dryRun=All): nothing on the member changes. A fault
-// (fault.IsTransient) that outlasts the member client's retries of one request plans the member
+// (fault.IsTransient) that outlasts the retries of one request (retryRequest) plans the member
 // again from the start, with backoff, up to memberPlanTries times or until ctx ends: a transient
 // fault is not the member's verdict. It is what `rewind plan` and a Rollout's spec.dryRun run.
 func PlanMember(ctx context.Context, cl *member.Cluster, o MemberOptions) (MemberPlan, error) {
