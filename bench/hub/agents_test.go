@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -23,9 +22,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/agent"
 	"github.com/rewind-dev/rewind/internal/controller/target"
 	"github.com/rewind-dev/rewind/internal/fault"
-	"github.com/rewind-dev/rewind/internal/join"
 	"github.com/rewind-dev/rewind/internal/restore"
 	"github.com/rewind-dev/rewind/internal/snapshot"
 	"github.com/rewind-dev/rewind/internal/testbed/testenv"
@@ -70,6 +69,7 @@ type agents struct {
 
 	mu      sync.Mutex
 	running map[string]runKey // copy key -> what its runner runs
+	leases  map[string]*agent.Heartbeat
 	cancel  map[string]context.CancelFunc
 	// toldRestore is when each cluster's copy was first seen asking for a started restore,
 	// by revision.
@@ -106,7 +106,7 @@ func newAgents(ctx context.Context, hub *rest.Config, qps float32, members []str
 	if err != nil {
 		return nil, err
 	}
-	a := &agents{c: c, cache: ca, members: members, heartbeat: hb, d: d, running: map[string]runKey{}, cancel: map[string]context.CancelFunc{},
+	a := &agents{c: c, cache: ca, members: members, heartbeat: hb, d: d, running: map[string]runKey{}, leases: map[string]*agent.Heartbeat{}, cancel: map[string]context.CancelFunc{},
 		toldRestore: map[int32]map[string]time.Time{}}
 	inf, err := ca.GetInformer(ctx, &v1alpha1.RolloutTarget{})
 	if err != nil {
@@ -142,23 +142,17 @@ func (a *agents) join(ctx context.Context) error {
 	})
 }
 
-// renew renews a member's Lease as the agent's heartbeat does (a read, then an update).
+// renew renews a member's Lease with the agent's heartbeat code (one write, a read first only
+// the first time or after a conflict).
 func (a *agents) renew(ctx context.Context, m string) error {
-	now := metav1.NewMicroTime(time.Now())
-	holder := m + "/sim-" + m
-	dur := int32(4 * a.heartbeat.Seconds())
-	key := client.ObjectKey{Namespace: v1alpha1.MemberNamespace(m), Name: join.AgentLease}
-	lease := &coordinationv1.Lease{}
-	err := a.c.Get(ctx, key, lease)
-	switch {
-	case apierrors.IsNotFound(err):
-		lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
-			Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &dur, AcquireTime: &now, RenewTime: &now}}
-		err = a.c.Create(ctx, lease)
-	case err == nil:
-		lease.Spec.HolderIdentity, lease.Spec.LeaseDurationSeconds, lease.Spec.RenewTime = &holder, &dur, &now
-		err = a.c.Update(ctx, lease)
+	a.mu.Lock()
+	h := a.leases[m]
+	if h == nil {
+		h = &agent.Heartbeat{Cluster: m, Holder: m + "/sim-" + m, Duration: 4 * a.heartbeat}
+		a.leases[m] = h
 	}
+	a.mu.Unlock()
+	err := h.Renew(ctx, a.c, time.Now())
 	if err == nil {
 		a.leaseRenewals.Add(1)
 	}
