@@ -20,10 +20,12 @@
 package hub
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
 	"io"
+	"iter"
 	"net"
 	"net/http"
 	"os"
@@ -38,6 +40,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -654,16 +658,40 @@ func (p *controllerProcess) hubRequests(b *testing.B) float64 {
 	if err != nil {
 		b.Fatal(err)
 	}
-	hubHost := `host="` + strings.TrimPrefix(env.Hub.Server, "https://") + `"`
+	hubHost := strings.TrimPrefix(env.Hub.Server, "https://")
 	sum := 0.0
-	for _, line := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(line, "rest_client_requests_total{") && strings.Contains(line, hubHost) {
-			fields := strings.Fields(line)
-			v, _ := strconv.ParseFloat(fields[len(fields)-1], 64)
+	for labels, v := range counter(b, data, "rest_client_requests_total") {
+		if labels["host"] == hubHost {
 			sum += v
 		}
 	}
 	return sum
+}
+
+// counter is every series of the counter name in data (Prometheus text exposition, parsed with
+// expfmt), as its labels and value.
+func counter(b *testing.B, data []byte, name string) iter.Seq2[map[string]string, float64] {
+	b.Helper()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(data))
+	if err != nil {
+		b.Fatalf("parsing metrics: %v", err)
+	}
+	return func(yield func(map[string]string, float64) bool) {
+		f := families[name]
+		if f == nil {
+			return
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if !yield(labels, m.GetCounter().GetValue()) {
+				return
+			}
+		}
+	}
 }
 
 // apiRequests reads the hub kube-apiserver's request counter (apiserver_request_total), summed
@@ -680,17 +708,7 @@ func apiRequests(b *testing.B) map[string]float64 {
 		b.Fatalf("reading the hub API server's metrics: %v", err)
 	}
 	out := map[string]float64{}
-	for _, line := range strings.Split(string(data), "\n") {
-		rest, ok := strings.CutPrefix(line, "apiserver_request_total{")
-		if !ok {
-			continue
-		}
-		labels, value, _ := strings.Cut(rest, "} ")
-		l := map[string]string{}
-		for _, kv := range strings.Split(labels, ",") {
-			k, v, _ := strings.Cut(kv, "=")
-			l[k] = strings.Trim(v, `"`)
-		}
+	for l, v := range counter(b, data, "apiserver_request_total") {
 		if l["verb"] == "WATCH" || l["resource"] == "" {
 			continue // long-running, or not a resource (discovery, /metrics)
 		}
@@ -698,7 +716,6 @@ func apiRequests(b *testing.B) map[string]float64 {
 		if l["subresource"] != "" {
 			key += "/" + l["subresource"]
 		}
-		v, _ := strconv.ParseFloat(strings.TrimSpace(value), 64)
 		out[key] += v
 	}
 	return out
