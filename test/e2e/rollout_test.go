@@ -199,7 +199,13 @@ func TestMemberLostMidRollout(t *testing.T) {
 	suite.SetUnreachableTimeout(t, lost.Name, 5*time.Second)
 	lost.StopAPIServer()
 	t.Cleanup(func() { _ = lost.StartAPIServer(context.Background()) })
-	f.SetRelease("mysql-b", nil)
+	// When its API server is back, member3's kube-controller-manager (no leader election in the
+	// testbed, so not restarted as a real one would be) sees changes again only when its
+	// informers' backoff ends, up to 30 s later: the gate allows for that (with 20 s, the
+	// Deployment was not observed in time once in CI and the release failed on member3).
+	f.SetRelease("mysql-b", func(s *v1alpha1.RolloutSpec) {
+		s.HealthGates.Timeout = &metav1.Duration{Duration: 90 * time.Second}
+	})
 
 	var ro *v1alpha1.Rollout
 	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
