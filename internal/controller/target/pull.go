@@ -3,6 +3,7 @@ package target
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -55,12 +56,42 @@ func CopyName(t *v1alpha1.RolloutTarget) string {
 
 // copySpec is the spec of t's copy: t's, with the snapshot named for the member's namespace,
 // where the snapshots of every Rollout that targets the member meet: prefixed with the
-// Rollout's namespace (a name the copy's status already gave back keeps its prefix).
+// Rollout's namespace (a name the copy's status already gave back keeps its prefix). The
+// Secrets its metric gates read are named as their copies are (copyMetricSecrets).
 func copySpec(t *v1alpha1.RolloutTarget) v1alpha1.RolloutTargetSpec {
 	spec := *t.Spec.DeepCopy()
 	spec.Snapshot = MemberSnapshotName(t.Namespace, spec.Snapshot)
 	spec.SnapshotStore = MemberSnapshotName(t.Namespace, spec.SnapshotStore)
+	for _, ref := range metricSecretRefs(&spec) {
+		ref.Name = MemberSnapshotName(t.Namespace, ref.Name)
+	}
 	return spec
+}
+
+// metricSecretRefs are the Secret references of spec's metric gates (their providers'
+// credentials, in the Rollout's namespace).
+func metricSecretRefs(spec *v1alpha1.RolloutTargetSpec) []*v1alpha1.LocalSecretReference {
+	var out []*v1alpha1.LocalSecretReference
+	for i := range spec.HealthGates.Metrics {
+		switch p := &spec.HealthGates.Metrics[i].Provider; {
+		case p.Prometheus != nil && p.Prometheus.SecretRef != nil:
+			out = append(out, p.Prometheus.SecretRef)
+		case p.Web != nil && p.Web.SecretRef != nil:
+			out = append(out, p.Web.SecretRef)
+		}
+	}
+	return out
+}
+
+// copyMetricSecrets copies the Secrets t's metric gates read into pull member namespace ns,
+// as the copy's spec names them, so that the agent's gate reads its credentials there.
+func (r *Reconciler) copyMetricSecrets(ctx context.Context, t *v1alpha1.RolloutTarget, ns string) error {
+	var names []string
+	for _, ref := range metricSecretRefs(&t.Spec) {
+		names = append(names, ref.Name)
+	}
+	slices.Sort(names)
+	return r.copySecrets(ctx, t.Namespace, slices.Compact(names), ns, "the metric gates of target "+t.Name)
 }
 
 // MemberSnapshotName is the name in a pull member's namespace of the snapshot name that a
@@ -451,6 +482,9 @@ func (r *Reconciler) inputItems(ctx context.Context, t *v1alpha1.RolloutTarget) 
 func (r *Reconciler) copyNewInputs(ctx context.Context, t, cp *v1alpha1.RolloutTarget) error {
 	items, ok := r.inputItems(ctx, t)
 	if ok && r.copied.has(cp, items) {
+		if err := r.copyMetricSecrets(ctx, t, cp.Namespace); err != nil {
+			return err
+		}
 		return r.copyStore(ctx, t, cp.Namespace, true)
 	}
 	if err := r.copyInputs(ctx, t, cp.Namespace); err != nil {
@@ -487,6 +521,9 @@ func (r *Reconciler) copyInputs(ctx context.Context, t *v1alpha1.RolloutTarget, 
 		if _, err := artifact.Put(ctx, w, ns, release.ArtifactKind, b); err != nil {
 			return fmt.Errorf("copying the rendering %s of target %s/%s to %s: %w", digest, t.Namespace, t.Name, ns, err)
 		}
+	}
+	if err := r.copyMetricSecrets(ctx, t, ns); err != nil {
+		return err
 	}
 	return r.copyStore(ctx, t, ns, true)
 }

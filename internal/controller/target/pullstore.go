@@ -144,19 +144,27 @@ func (r *Reconciler) copyStore(ctx context.Context, t *v1alpha1.RolloutTarget, n
 }
 
 // copyStoreSecrets copies the Secrets store src references into pull member namespace ns,
-// or updates their copies when their data changed. A Secret that is missing is not copied:
-// the agent's step names its copy as missing, and the hub's probe of src names it too.
+// or updates their copies when their data changed.
 func (r *Reconciler) copyStoreSecrets(ctx context.Context, src *v1alpha1.SnapshotStore, ns string) error {
-	for _, name := range storeSecrets(src) {
+	return r.copySecrets(ctx, src.Namespace, storeSecrets(src), ns, "snapshot store "+src.Name)
+}
+
+// copySecrets copies the Secrets names of namespace from, which of (a snapshot store, a
+// target's metric gates) references, into pull member namespace ns, named by
+// MemberSnapshotName, or updates their copies when their data changed. A Secret that is
+// missing is not copied: the agent's step names its copy as missing (and the hub's probe of a
+// store names the original).
+func (r *Reconciler) copySecrets(ctx context.Context, from string, names []string, ns, of string) error {
+	for _, name := range names {
 		s := &corev1.Secret{}
-		if err := r.Hub.Get(ctx, client.ObjectKey{Namespace: src.Namespace, Name: name}, s); apierrors.IsNotFound(err) {
+		if err := r.Hub.Get(ctx, client.ObjectKey{Namespace: from, Name: name}, s); apierrors.IsNotFound(err) {
 			continue
 		} else if err != nil {
-			return fmt.Errorf("reading Secret %s/%s of snapshot store %s to copy for a pull member: %w", src.Namespace, name, src.Name, err)
+			return fmt.Errorf("reading Secret %s/%s of %s to copy for a pull member: %w", from, name, of, err)
 		}
 		want := &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: MemberSnapshotName(src.Namespace, name), Labels: map[string]string{
-				v1alpha1.LabelSourceNamespace: src.Namespace, v1alpha1.LabelSourceName: name,
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: MemberSnapshotName(from, name), Labels: map[string]string{
+				v1alpha1.LabelSourceNamespace: from, v1alpha1.LabelSourceName: name,
 				"app.kubernetes.io/managed-by": "rewind",
 			}},
 			Type: s.Type, Data: s.Data,
@@ -166,18 +174,18 @@ func (r *Reconciler) copyStoreSecrets(ctx context.Context, src *v1alpha1.Snapsho
 		switch {
 		case apierrors.IsNotFound(err):
 			if err := r.Client.Create(ctx, want); err != nil && !apierrors.IsAlreadyExists(err) {
-				return fmt.Errorf("copying Secret %s/%s of snapshot store %s to %s: %w", src.Namespace, name, src.Name, ns, err)
+				return fmt.Errorf("copying Secret %s/%s of %s to %s: %w", from, name, of, ns, err)
 			}
 		case err != nil:
 			return err
-		case have.Labels[v1alpha1.LabelSourceNamespace] != src.Namespace || have.Labels[v1alpha1.LabelSourceName] != name:
-			return reconcile.TerminalError(fmt.Errorf("Secret %s/%s of snapshot store %s cannot be copied to pull member namespace %s: a Secret %s not copied from it is there; remove it",
-				src.Namespace, name, src.Name, ns, want.Name))
+		case have.Labels[v1alpha1.LabelSourceNamespace] != from || have.Labels[v1alpha1.LabelSourceName] != name:
+			return reconcile.TerminalError(fmt.Errorf("Secret %s/%s of %s cannot be copied to pull member namespace %s: a Secret %s not copied from it is there; remove it",
+				from, name, of, ns, want.Name))
 		case !maps.EqualFunc(have.Data, s.Data, bytes.Equal):
 			base := have.DeepCopy()
 			have.Data = s.Data
 			if err := r.Client.Patch(ctx, have, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
-				return fmt.Errorf("updating the copy of Secret %s/%s of snapshot store %s in %s: %w", src.Namespace, name, src.Name, ns, err)
+				return fmt.Errorf("updating the copy of Secret %s/%s of %s in %s: %w", from, name, of, ns, err)
 			}
 		}
 	}

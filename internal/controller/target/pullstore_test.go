@@ -43,3 +43,34 @@ func TestStoreCopyRenamesItsSecrets(t *testing.T) {
 		t.Fatalf("with the hub's default key: %+v", st)
 	}
 }
+
+// A pull member's copy of a target names the copies of its metric gates' Secrets (prefixed
+// with the Rollout's namespace, as copyMetricSecrets names them), so that the agent's gate
+// reads them in its namespace; the source's spec is not changed.
+func TestCopySpecRenamesMetricSecrets(t *testing.T) {
+	src := &v1alpha1.RolloutTarget{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "ro-edge"}, Spec: v1alpha1.RolloutTargetSpec{
+		HealthGates: v1alpha1.HealthGates{Metrics: []v1alpha1.Metric{
+			{Name: "prom", Provider: v1alpha1.MetricProvider{Prometheus: &v1alpha1.PrometheusMetric{Address: "http://p", Query: "q",
+				SecretRef: &v1alpha1.LocalSecretReference{Name: "prom-token"}}}},
+			{Name: "open", Provider: v1alpha1.MetricProvider{Prometheus: &v1alpha1.PrometheusMetric{Address: "http://p", Query: "q"}}},
+			{Name: "web", Provider: v1alpha1.MetricProvider{Web: &v1alpha1.WebMetric{URL: "http://w",
+				SecretRef: &v1alpha1.LocalSecretReference{Name: "web-basic"}}}},
+		}},
+	}}
+	spec := copySpec(src)
+	m := spec.HealthGates.Metrics
+	if m[0].Provider.Prometheus.SecretRef.Name != "team-a.prom-token" || m[1].Provider.Prometheus.SecretRef != nil ||
+		m[2].Provider.Web.SecretRef.Name != "team-a.web-basic" {
+		t.Fatalf("copy's metric Secrets: %+v, %+v, %+v", m[0].Provider.Prometheus.SecretRef, m[1].Provider.Prometheus.SecretRef, m[2].Provider.Web.SecretRef)
+	}
+	var names []string
+	for _, ref := range metricSecretRefs(&src.Spec) {
+		names = append(names, ref.Name)
+	}
+	if !slices.Equal(names, []string{"prom-token", "web-basic"}) {
+		t.Fatalf("the source's metric Secrets: %v (its spec must not change)", names)
+	}
+	if again := copySpec(&v1alpha1.RolloutTarget{ObjectMeta: src.ObjectMeta, Spec: spec}); again.HealthGates.Metrics[0].Provider.Prometheus.SecretRef.Name != "team-a.prom-token" {
+		t.Fatalf("a name already prefixed is prefixed again: %s", again.HealthGates.Metrics[0].Provider.Prometheus.SecretRef.Name)
+	}
+}
