@@ -99,7 +99,11 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	a := &agent{o: o, id: id}
+	dur := o.LeaseDuration
+	if dur <= 0 {
+		dur = DefaultLeaseDuration
+	}
+	a := &agent{o: o, id: id, lease: Heartbeat{Cluster: o.Cluster, Holder: o.Cluster + "/" + id, Duration: dur}}
 	cred, hub, err := o.Credentials.Load()
 	if err != nil {
 		return err
@@ -229,11 +233,6 @@ func (a *agent) claim(ctx context.Context, version string) error {
 
 // heartbeat renews the agent's Lease in its hub namespace (creating it the first time).
 func (a *agent) heartbeat(ctx context.Context) error {
-	dur := a.o.LeaseDuration
-	if dur <= 0 {
-		dur = DefaultLeaseDuration
-	}
-	a.lease.Cluster, a.lease.Holder, a.lease.Duration = a.o.Cluster, a.o.Cluster+"/"+a.id, dur
 	if err := a.lease.Renew(ctx, a.c, a.now()); err != nil {
 		return join.CredentialRefused(a.o.Cluster, err)
 	}

@@ -37,7 +37,8 @@ func TestHeartbeatRenewsWithOneWrite(t *testing.T) {
 		},
 	}).Build()
 	now := time.Date(2026, 12, 2, 6, 0, 0, 0, time.UTC)
-	a := &agent{o: Options{Cluster: "edge", Now: func() time.Time { return now }}, c: hub, id: "uid-1"}
+	a := &agent{o: Options{Cluster: "edge", Now: func() time.Time { return now }}, c: hub, id: "uid-1",
+		lease: Heartbeat{Cluster: "edge", Holder: "edge/uid-1", Duration: DefaultLeaseDuration}}
 	key := client.ObjectKey{Namespace: v1alpha1.MemberNamespace("edge"), Name: join.AgentLease}
 	beat := func(wantGets, wantWrites int) {
 		t.Helper()

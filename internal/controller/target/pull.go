@@ -477,15 +477,11 @@ func (r *Reconciler) inputItems(ctx context.Context, t *v1alpha1.RolloutTarget) 
 }
 
 // copyNewInputs copies t's inputs for its copy cp unless every one was copied for cp before
-// (copiedInputs); the store's copy and its Secrets follow with every revision either way, so
-// that rotated credentials reach the member with the next change.
+// (copiedInputs); the credentials follow with every revision either way (copyCredentials).
 func (r *Reconciler) copyNewInputs(ctx context.Context, t, cp *v1alpha1.RolloutTarget) error {
 	items, ok := r.inputItems(ctx, t)
 	if ok && r.copied.has(cp, items) {
-		if err := r.copyMetricSecrets(ctx, t, cp.Namespace); err != nil {
-			return err
-		}
-		return r.copyStore(ctx, t, cp.Namespace, true)
+		return r.copyCredentials(ctx, t, cp.Namespace)
 	}
 	if err := r.copyInputs(ctx, t, cp.Namespace); err != nil {
 		return err
@@ -498,7 +494,7 @@ func (r *Reconciler) copyNewInputs(ctx context.Context, t, cp *v1alpha1.RolloutT
 
 // copyInputs copies into a pull member's namespace what the steps of t read there: the
 // releases it names and the cluster's renderings of them (content-addressed artifacts,
-// written once). Releases are immutable: a release of the same name already there must be the
+// written once), and its credentials. Releases are immutable: a release of the same name already there must be the
 // same release (the same manifests).
 func (r *Reconciler) copyInputs(ctx context.Context, t *v1alpha1.RolloutTarget, ns string) error {
 	w := readThrough{Client: r.Client, reader: r.Hub}
@@ -522,6 +518,13 @@ func (r *Reconciler) copyInputs(ctx context.Context, t *v1alpha1.RolloutTarget, 
 			return fmt.Errorf("copying the rendering %s of target %s/%s to %s: %w", digest, t.Namespace, t.Name, ns, err)
 		}
 	}
+	return r.copyCredentials(ctx, t, ns)
+}
+
+// copyCredentials copies into pull member namespace ns what t's steps read there that can
+// change under the same name: its metric gates' Secrets, and the store's copy with its Secrets,
+// so that rotated credentials reach the member with the next revision.
+func (r *Reconciler) copyCredentials(ctx context.Context, t *v1alpha1.RolloutTarget, ns string) error {
 	if err := r.copyMetricSecrets(ctx, t, ns); err != nil {
 		return err
 	}
