@@ -88,7 +88,8 @@ var (
 	restoreTime = envDuration("REWIND_HUB_RESTORE", 20*time.Second)
 	// ctrlArgs are more flags for the controller (REWIND_HUB_CONTROLLER_ARGS, space separated).
 	ctrlArgs = strings.Fields(os.Getenv("REWIND_HUB_CONTROLLER_ARGS"))
-	// profileDir (REWIND_HUB_PPROF) receives the controller's CPU profiles of (a) and (b).
+	// profileDir (REWIND_HUB_PPROF) receives the controller's and the hub kube-apiserver's CPU
+	// profiles of (a) and (b).
 	profileDir = os.Getenv("REWIND_HUB_PPROF")
 )
 
@@ -97,7 +98,7 @@ func TestMain(m *testing.M) {
 	if f := flag.Lookup("test.bench"); f == nil || f.Value.String() == "" {
 		os.Exit(m.Run())
 	}
-	testenv.Main(m, testbed.Options{Members: 0}, &env)
+	testenv.Main(m, testbed.Options{Members: 0, Profiling: profileDir != ""}, &env)
 }
 
 // waveSizes splits n clusters into waves of 1, ~10% and the rest (1, 99, 900 for 1,000).
@@ -628,6 +629,19 @@ func (p *controllerProcess) profile(b *testing.B, label string, seconds int) (wa
 		return func() {}
 	}
 	var wg sync.WaitGroup
+	wg.Go(func() {
+		cs, err := kubernetes.NewForConfig(env.Hub.RESTConfig())
+		if err != nil {
+			b.Logf("API server profile: %v", err)
+			return
+		}
+		data, err := cs.RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", fmt.Sprint(seconds)).Timeout(time.Duration(seconds+30) * time.Second).DoRaw(context.Background())
+		if err != nil {
+			b.Logf("API server profile: %v", err)
+			return
+		}
+		_ = os.WriteFile(filepath.Join(profileDir, label+".apiserver.cpu.pprof"), data, 0o644)
+	})
 	wg.Go(func() {
 		resp, err := http.Get(fmt.Sprintf("%s/profile?seconds=%d", p.pprof, seconds))
 		if err != nil {
