@@ -31,11 +31,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/controller/target"
 	"github.com/rewind-dev/rewind/internal/fault"
 	"github.com/rewind-dev/rewind/internal/notify"
 )
@@ -93,8 +95,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&v1alpha1.Rollout{}, builder.WithPredicates(predicate.ResourceVersionChangedPredicate{})).
 		Watches(&v1alpha1.RolloutTarget{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 			t := o.(*v1alpha1.RolloutTarget)
+			if target.IsCopy(t) {
+				return nil // a pull member's copy: its source target follows it
+			}
 			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: t.Namespace, Name: t.Spec.Rollout}}}
-		})).
+		}), builder.WithPredicates(predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool { return !target.OnlyProgress(e) }})).
 		Watches(&v1alpha1.NotificationPolicy{}, handler.EnqueueRequestsFromMapFunc(r.rolloutsOfPolicy)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 2}).
 		Complete(r)
@@ -198,16 +203,23 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Client.List(ctx, &policies, client.InNamespace(ro.Namespace)); err != nil {
 		return ctrl.Result{}, err
 	}
+	var selected []*v1alpha1.NotificationPolicy
+	for i := range policies.Items {
+		if selects(&policies.Items[i], ro) {
+			selected = append(selected, &policies.Items[i])
+		}
+	}
+	if len(selected) == 0 {
+		return ctrl.Result{}, nil // nothing to notify: the Rollout's targets are not read
+	}
+	// The targets are only read (notify.Compute): the cache's own objects, not copies of a
+	// whole fleet's targets at every change.
 	var targets v1alpha1.RolloutTargetList
-	if err := r.Client.List(ctx, &targets, client.InNamespace(ro.Namespace), client.MatchingLabels{v1alpha1.LabelRollout: ro.Name}); err != nil {
+	if err := r.Client.List(ctx, &targets, client.InNamespace(ro.Namespace), client.MatchingLabels{v1alpha1.LabelRollout: ro.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, err
 	}
 	var errs []error
-	for i := range policies.Items {
-		p := &policies.Items[i]
-		if !selects(p, ro) {
-			continue
-		}
+	for _, p := range selected {
 		if err := r.forPolicy(ctx, p, ro, targets.Items); err != nil {
 			errs = append(errs, fmt.Errorf("policy %s: %w", p.Name, err))
 		}

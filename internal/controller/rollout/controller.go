@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -544,7 +545,7 @@ func eachTarget[T any](ctx context.Context, items []T, write func(ctx context.Co
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.Rollout{}).
-		Owns(&v1alpha1.RolloutTarget{}).
+		Owns(&v1alpha1.RolloutTarget{}, builder.WithPredicates(predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool { return !target.OnlyProgress(e) }})).
 		// A release created after the Rollout that asks for it (it was Stalled) starts it.
 		Watches(&v1alpha1.OperatorRelease{}, handler.EnqueueRequestsFromMapFunc(r.rolloutsOf)).
 		// A member bound to a namespace (spec.boundNamespaces) starts the Rollouts stalled on it.
