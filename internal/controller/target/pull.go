@@ -280,9 +280,7 @@ func (r *Reconciler) relay(ctx context.Context, t *v1alpha1.RolloutTarget, mc *v
 		return ctrl.Result{RequeueAfter: requeue}, nil
 	}
 	x := r.newExecution(t)
-	if want.Phase != t.Status.Phase && want.Revision == t.Spec.Revision {
-		x.event(eventType(want.Phase), "Cluster"+want.Phase, "%s: %s", t.Spec.Cluster, want.Message)
-	}
+	relayEvents(x, &t.Status, want)
 	t.Status = *want
 	err = x.patch(ctx)
 	if err == nil {
@@ -377,11 +375,40 @@ func (r *Reconciler) reader() client.Reader {
 	return r.Client
 }
 
-func eventType(phase string) string {
-	if phase == v1alpha1.ClusterFailed {
-		return "Warning"
+// relayEvents records on the Rollout, once the relayed status is written, what the step code
+// records there for a push member, with the same reasons (the agent records no Event: it may
+// not write the Rollout's namespace): ClusterStarted, ClusterWaiting and ClusterResumed, and
+// the end (ClusterSucceeded, ClusterRolledBack, ClusterFailed). A new plan (Pending) records
+// nothing, as for a push member. Before, the relay recorded each new phase under its own name
+// (ClusterPending, ClusterUpgrading, ClusterRollingBack): a pull member's start was not a
+// ClusterStarted, neither in Events nor in rewind_cluster_phase_transitions_total, and each
+// revision planned recorded an Event per cluster.
+func relayEvents(x *execution, have, want *v1alpha1.RolloutTargetStatus) {
+	t := x.t
+	if want.Revision != t.Spec.Revision || want.Phase == "" || want.Phase == v1alpha1.ClusterPending {
+		return
 	}
-	return "Normal"
+	same := have.Revision == want.Revision && have.Path == want.Path
+	if !same || have.Phase == "" || have.Phase == v1alpha1.ClusterPending {
+		x.event("Normal", "ClusterStarted", "%s: %s %s -> %s", t.Spec.Cluster, t.Spec.Path, dash(t.Spec.FromRelease), t.Spec.ToRelease)
+	}
+	switch {
+	case want.WaitingFor != "" && (!same || have.WaitingFor != want.WaitingFor):
+		x.event("Warning", "ClusterWaiting", "%s: %s", t.Spec.Cluster, want.Message)
+	case same && have.WaitingFor != "" && want.WaitingFor == "" && !Terminal(want.Phase):
+		since := ""
+		if have.WaitingSince != nil {
+			since = have.WaitingSince.UTC().Format(time.RFC3339)
+		}
+		x.event("Normal", "ClusterResumed", "%s: %s goes on after waiting since %s (%s)", t.Spec.Cluster, want.Step, since, have.WaitingFor)
+	}
+	if Terminal(want.Phase) && (!same || have.Phase != want.Phase) {
+		typ := "Normal"
+		if want.Phase == v1alpha1.ClusterFailed {
+			typ = "Warning"
+		}
+		x.event(typ, "Cluster"+want.Phase, "%s: %s", t.Spec.Cluster, want.Message)
+	}
 }
 
 // relayedStatus is the status t shows: its copy's, as the agent wrote it (nothing before the
