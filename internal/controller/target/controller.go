@@ -193,7 +193,7 @@ func (r *Reconciler) reconcile(ctx context.Context, x *execution) (ctrl.Result, 
 			st.Phase = v1alpha1.ClusterRollingBack
 			st.Snapshot = t.Spec.Snapshot
 		}
-		x.event("Normal", "ClusterStarted", "%s: %s %s -> %s", t.Spec.Cluster, t.Spec.Path, dash(t.Spec.FromRelease), t.Spec.ToRelease)
+		x.startedEvent()
 	}
 	if Terminal(st.Phase) {
 		return r.bake(ctx, x)
@@ -338,11 +338,11 @@ func (r *Reconciler) retryAfter(x *execution, d time.Duration) ctrl.Result {
 // unavailable snapshot store, repeated faults) without failing it; it tries again after
 // retry and goes on by itself once the cause is gone.
 func (r *Reconciler) wait(x *execution, reason, msg string, retry time.Duration) ctrl.Result {
-	t, st := x.t, &x.t.Status
+	st := &x.t.Status
 	if st.WaitingFor != reason {
 		now := metav1.NewTime(r.now())
 		st.WaitingFor, st.WaitingSince = reason, &now
-		x.event("Warning", "ClusterWaiting", "%s: %s", t.Spec.Cluster, msg)
+		x.waitingEvent(msg)
 	}
 	st.Message = msg
 	return r.retryAfter(x, retry)
@@ -351,7 +351,7 @@ func (r *Reconciler) wait(x *execution, reason, msg string, retry time.Duration)
 // resumed ends a wait once a step ran again without a fault. A health gate's timeout counts
 // from there when the member was unreachable: the release is judged on the time it had.
 func (r *Reconciler) resumed(x *execution) {
-	t, st := x.t, &x.t.Status
+	st := &x.t.Status
 	if st.WaitingFor == "" {
 		return
 	}
@@ -359,8 +359,7 @@ func (r *Reconciler) resumed(x *execution) {
 		now := metav1.NewTime(r.now())
 		st.StepStartedAt = &now
 	}
-	x.event("Normal", "ClusterResumed", "%s: %s goes on after waiting since %s (%s)", t.Spec.Cluster, st.Step,
-		st.WaitingSince.UTC().Format(time.RFC3339), st.WaitingFor)
+	x.resumedEvent(st.Step, st.WaitingSince, st.WaitingFor)
 	st.WaitingFor, st.WaitingSince = "", nil
 }
 
@@ -394,7 +393,7 @@ func (r *Reconciler) finish(x *execution) {
 			metrics.ClusterDuration.WithLabelValues(t.Namespace, t.Spec.Rollout, t.Spec.Cluster, t.Spec.Path).Observe(took)
 		})
 	}
-	x.event("Normal", "Cluster"+st.Phase, "%s: %s", t.Spec.Cluster, st.Message)
+	x.endedEvent(st.Phase, st.Message)
 }
 
 // fail ends a target as Failed.
@@ -409,7 +408,7 @@ func (r *Reconciler) fail(x *execution, msg string) {
 	if t.Spec.Path == v1alpha1.PathRestore {
 		x.afterWrite(func() { metrics.Restores.WithLabelValues(t.Namespace, t.Spec.Rollout, t.Spec.Cluster, "Failed").Inc() })
 	}
-	x.event("Warning", "ClusterFailed", "%s: %s", t.Spec.Cluster, msg)
+	x.endedEvent(v1alpha1.ClusterFailed, msg)
 }
 
 // bake re-checks a Succeeded target's health while its wave bakes (spec.healthyUntil), and a
@@ -522,6 +521,35 @@ func (x *execution) hub() *snapshot.Hub {
 // event records an Event on the target's Rollout (where people look), naming the target.
 func (x *execution) event(typ, reason, format string, args ...any) {
 	x.afterWrite(func() { x.emit(typ, reason, format, args...) })
+}
+
+// The Events of a cluster's phases, recorded alike for a push member (by its steps) and a pull
+// member (by the relay, relayEvents): the same reasons and notes.
+
+func (x *execution) startedEvent() {
+	t := x.t
+	x.event("Normal", "ClusterStarted", "%s: %s %s -> %s", t.Spec.Cluster, t.Spec.Path, dash(t.Spec.FromRelease), t.Spec.ToRelease)
+}
+
+func (x *execution) waitingEvent(msg string) {
+	x.event("Warning", "ClusterWaiting", "%s: %s", x.t.Spec.Cluster, msg)
+}
+
+func (x *execution) resumedEvent(step string, since *metav1.Time, reason string) {
+	at := ""
+	if since != nil {
+		at = since.UTC().Format(time.RFC3339)
+	}
+	x.event("Normal", "ClusterResumed", "%s: %s goes on after waiting since %s (%s)", x.t.Spec.Cluster, step, at, reason)
+}
+
+// endedEvent records a terminal phase (Succeeded, RolledBack, Failed: a Warning).
+func (x *execution) endedEvent(phase, msg string) {
+	typ := "Normal"
+	if phase == v1alpha1.ClusterFailed {
+		typ = "Warning"
+	}
+	x.event(typ, "Cluster"+phase, "%s: %s", x.t.Spec.Cluster, msg)
 }
 
 func (x *execution) emit(typ, reason, format string, args ...any) {

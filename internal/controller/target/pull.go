@@ -384,30 +384,21 @@ func (r *Reconciler) reader() client.Reader {
 // ClusterStarted, neither in Events nor in rewind_cluster_phase_transitions_total, and each
 // revision planned recorded an Event per cluster.
 func relayEvents(x *execution, have, want *v1alpha1.RolloutTargetStatus) {
-	t := x.t
-	if want.Revision != t.Spec.Revision || want.Phase == "" || want.Phase == v1alpha1.ClusterPending {
+	if want.Revision != x.t.Spec.Revision || want.Phase == "" || want.Phase == v1alpha1.ClusterPending {
 		return
 	}
 	same := have.Revision == want.Revision && have.Path == want.Path
 	if !same || have.Phase == "" || have.Phase == v1alpha1.ClusterPending {
-		x.event("Normal", "ClusterStarted", "%s: %s %s -> %s", t.Spec.Cluster, t.Spec.Path, dash(t.Spec.FromRelease), t.Spec.ToRelease)
+		x.startedEvent()
 	}
 	switch {
 	case want.WaitingFor != "" && (!same || have.WaitingFor != want.WaitingFor):
-		x.event("Warning", "ClusterWaiting", "%s: %s", t.Spec.Cluster, want.Message)
+		x.waitingEvent(want.Message)
 	case same && have.WaitingFor != "" && want.WaitingFor == "" && !Terminal(want.Phase):
-		since := ""
-		if have.WaitingSince != nil {
-			since = have.WaitingSince.UTC().Format(time.RFC3339)
-		}
-		x.event("Normal", "ClusterResumed", "%s: %s goes on after waiting since %s (%s)", t.Spec.Cluster, want.Step, since, have.WaitingFor)
+		x.resumedEvent(want.Step, have.WaitingSince, have.WaitingFor)
 	}
 	if Terminal(want.Phase) && (!same || have.Phase != want.Phase) {
-		typ := "Normal"
-		if want.Phase == v1alpha1.ClusterFailed {
-			typ = "Warning"
-		}
-		x.event(typ, "Cluster"+want.Phase, "%s: %s", t.Spec.Cluster, want.Message)
+		x.endedEvent(want.Phase, want.Message)
 	}
 }
 
