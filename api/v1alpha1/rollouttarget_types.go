@@ -174,6 +174,32 @@ type RolloutTargetStatus struct {
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=16
 	Metrics []MetricResult `json:"metrics,omitempty"`
+	// notes are what this revision's steps reported besides their phases, the first
+	// MaxTargetNotes of them, each once: objects kept since the snapshot (KeptSinceSnapshot), a
+	// restore that could not read a release's manifests (RestoreWithoutRelease), inconclusive
+	// metrics a person approved (MetricsApproved). Each is an Event on the Rollout too: the
+	// hub records it after writing a push member's status, and when it relays the status a
+	// pull member's agent wrote (an agent may not write the Rollout's namespace).
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	Notes []TargetNote `json:"notes,omitempty"`
+}
+
+// MaxTargetNotes bounds status.notes of a RolloutTarget: a revision keeps its first notes.
+const MaxTargetNotes = 8
+
+// TargetNote is one thing a target's steps reported, as the Event on the Rollout says it.
+type TargetNote struct {
+	// type is Normal or Warning.
+	// +kubebuilder:validation:Enum=Normal;Warning
+	Type string `json:"type"`
+	// reason names it in one word (the Event's reason).
+	// +kubebuilder:validation:MaxLength=128
+	Reason string `json:"reason"`
+	// message says it, as the Event's note (at most 1,024 characters).
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message"`
 }
 
 // RolloutTarget is one member cluster's part of one Rollout: what it does in the current

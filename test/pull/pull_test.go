@@ -29,6 +29,7 @@ import (
 	"github.com/rewind-dev/rewind/internal/testbed"
 	"github.com/rewind-dev/rewind/internal/testbed/agentproc"
 	"github.com/rewind-dev/rewind/internal/testbed/testenv"
+	"github.com/rewind-dev/rewind/internal/testfixture"
 	"github.com/rewind-dev/rewind/test/fleet"
 )
 
@@ -204,10 +205,23 @@ func TestMixedFleetUpgradeFailedGateAndRollback(t *testing.T) {
 		}
 	}
 
+	// A MySQLCluster created on a pull member since the upgrade's snapshot: the rollback keeps
+	// it (spec.pruneOnRollback is off) and says so on the Rollout, as for a push member, though
+	// the agent may not write Events there: its note in the copy's status is relayed.
+	const kept = "member3"
+	if err := testfixture.Populate(t.Context(), suite.Member(t, kept).RESTConfig(), testfixture.Options{Namespaces: []string{f.CRNS}, Offset: 100, Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+
 	// A person's rollback to mysql-a: back to the snapshots taken before mysql-b.
 	suite.Rewind(t, f.NS, "rollback", f.Name, "--reason", "mixed fleet")
 	f.WaitPhase("mysql-a", v1alpha1.RolloutRolledBack, 5*time.Minute)
 	assertAll(t, f, "mysql-a", upgrade, true)
+	keptNote := kept + ": kept 1 objects created since snapshot " + upgrade[kept]
+	f.WaitEvent("KeptSinceSnapshot", keptNote, f.CRNS+"/db-00100")
+	if notes := f.Target(kept).Status.Notes; len(notes) != 1 || notes[0].Reason != "KeptSinceSnapshot" || !strings.Contains(notes[0].Message, keptNote) {
+		t.Errorf("%s's target notes %+v, want its KeptSinceSnapshot", kept, notes)
+	}
 
 	// A failed gate: every member goes back to its snapshot of mysql-a.
 	bad := failAndRollBackAll(t, f)

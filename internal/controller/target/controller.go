@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -33,6 +35,7 @@ import (
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/analysis"
+	"github.com/rewind-dev/rewind/internal/artifact"
 	"github.com/rewind-dev/rewind/internal/fault"
 	"github.com/rewind-dev/rewind/internal/member"
 	"github.com/rewind-dev/rewind/internal/metrics"
@@ -105,6 +108,9 @@ type Reconciler struct {
 	copied copiedInputs
 	// relayed paces the relay's writes of pull members' targets' status.
 	relayed relayedWrites
+	// artifacts keeps the manifests and renderings the relay copies to pull members: each is
+	// read once from the hub for every member a revision copies it to.
+	artifacts artifact.Cache
 }
 
 func (r *Reconciler) now() time.Time {
@@ -523,6 +529,47 @@ func (x *execution) event(typ, reason, format string, args ...any) {
 	x.afterWrite(func() { x.emit(typ, reason, format, args...) })
 }
 
+// note records what a step reports besides its phase: in status.notes (each once, the first
+// MaxTargetNotes of the revision; the rest are dropped), and as an Event on the Rollout once the status write went
+// through. An agent records no Event (it may not write the Rollout's namespace): the hub
+// records its notes when it relays the status (relayEvents), with the same reasons and notes.
+func (x *execution) note(typ, reason, format string, args ...any) {
+	n := v1alpha1.TargetNote{Type: typ, Reason: reason, Message: eventNote(fmt.Sprintf(format, args...))}
+	st := &x.t.Status
+	if slices.Contains(st.Notes, n) || len(st.Notes) >= v1alpha1.MaxTargetNotes {
+		// The step ran again (a retry, a resumed restore): reported once. Past the bound,
+		// neither (as the relay records only the notes written): a step that runs again
+		// would report its note each time.
+		return
+	}
+	st.Notes = append(st.Notes, n)
+	x.event(n.Type, n.Reason, "%s", n.Message)
+}
+
+// newNotes are the notes of want that have does not show yet (have: the status written
+// before, of the same plan or not).
+func newNotes(have, want *v1alpha1.RolloutTargetStatus) []v1alpha1.TargetNote {
+	if have.Revision != want.Revision || have.Path != want.Path {
+		return want.Notes
+	}
+	var out []v1alpha1.TargetNote
+	for _, n := range want.Notes {
+		if !slices.Contains(have.Notes, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// eventNote is s cut to what events.k8s.io/v1 takes as a note (1 KiB; a longer one is
+// refused, and the Event lost), as status.notes takes it too.
+func eventNote(s string) string {
+	if len(s) > 1024 {
+		return strings.ToValidUTF8(s[:1021], "") + "..."
+	}
+	return s
+}
+
 // The Events of a cluster's phases, recorded alike for a push member (by its steps) and a pull
 // member (by the relay, relayEvents): the same reasons and notes.
 
@@ -564,11 +611,7 @@ func (x *execution) emit(typ, reason, format string, args ...any) {
 			ro.UID = o.UID
 		}
 	}
-	// events.k8s.io/v1 refuses a note over 1 KiB: the Event would be lost.
-	note := fmt.Sprintf(format, args...)
-	if len(note) > 1024 {
-		note = note[:1021] + "..."
-	}
+	note := eventNote(fmt.Sprintf(format, args...))
 	x.r.Recorder.Eventf(ro, runtime.Object(x.t), typ, reason, "Reconcile", "%s", note)
 }
 

@@ -92,7 +92,7 @@ func (x *execution) analyze(ctx context.Context) (time.Duration, error) {
 		return 0, terminalf("health gate failed: %s", msg)
 	case v1alpha1.MetricInconclusive:
 		if t.Annotations[v1alpha1.AnnotationApprovedMetrics] == strconv.Itoa(int(t.Spec.Revision)) {
-			x.event("Normal", "MetricsApproved", "%s: inconclusive metrics approved for revision %d: %s", t.Spec.Cluster, t.Spec.Revision, msg)
+			x.note("Normal", "MetricsApproved", "%s: inconclusive metrics approved for revision %d: %s", t.Spec.Cluster, t.Spec.Revision, msg)
 			return 0, nil
 		}
 		return 0, &waitError{reason: v1alpha1.ReasonAwaitingApproval,

@@ -378,7 +378,9 @@ func (r *Reconciler) reader() client.Reader {
 // relayEvents records on the Rollout, once the relayed status is written, what the step code
 // records there for a push member, with the same reasons (the agent records no Event: it may
 // not write the Rollout's namespace): ClusterStarted, ClusterWaiting and ClusterResumed, and
-// the end (ClusterSucceeded, ClusterRolledBack, ClusterFailed). A new plan (Pending) records
+// the end (ClusterSucceeded, ClusterRolledBack, ClusterFailed), and each of the steps' notes
+// the agent wrote in status.notes (KeptSinceSnapshot, RestoreWithoutRelease, MetricsApproved)
+// that the target did not show yet: each once. A new plan (Pending) records
 // nothing, as for a push member. Before, the relay recorded each new phase under its own name
 // (ClusterPending, ClusterUpgrading, ClusterRollingBack): a pull member's start was not a
 // ClusterStarted, neither in Events nor in rewind_cluster_phase_transitions_total, and each
@@ -396,6 +398,9 @@ func relayEvents(x *execution, have, want *v1alpha1.RolloutTargetStatus) {
 		x.waitingEvent(want.Message)
 	case same && have.WaitingFor != "" && want.WaitingFor == "" && !Terminal(want.Phase):
 		x.resumedEvent(want.Step, have.WaitingSince, have.WaitingFor)
+	}
+	for _, n := range newNotes(have, want) {
+		x.event(n.Type, n.Reason, "%s", n.Message)
 	}
 	if Terminal(want.Phase) && (!same || have.Phase != want.Phase) {
 		x.endedEvent(want.Phase, want.Message)
@@ -547,7 +552,7 @@ func (r *Reconciler) copyInputs(ctx context.Context, t *v1alpha1.RolloutTarget, 
 		if name == "" {
 			continue
 		}
-		if err := copyRelease(ctx, w, t.Namespace, name, ns); err != nil {
+		if err := copyRelease(ctx, w, &r.artifacts, t.Namespace, name, ns); err != nil {
 			return err
 		}
 	}
@@ -555,7 +560,7 @@ func (r *Reconciler) copyInputs(ctx context.Context, t *v1alpha1.RolloutTarget, 
 		if digest == "" {
 			continue
 		}
-		b, err := artifact.Get(ctx, r.Hub, t.Namespace, digest)
+		b, err := r.artifacts.Get(ctx, r.Hub, t.Namespace, digest)
 		if err != nil {
 			return fmt.Errorf("reading the rendering %s of target %s/%s to copy for its pull member: %w", digest, t.Namespace, t.Name, err)
 		}
@@ -577,8 +582,9 @@ func (r *Reconciler) copyCredentials(ctx context.Context, t *v1alpha1.RolloutTar
 }
 
 // copyRelease copies release name of namespace from into namespace to, as an uploaded release
-// with the same manifests (a release from spec.source is not fetched again there).
-func copyRelease(ctx context.Context, c client.Client, from, name, to string) error {
+// with the same manifests (a release from spec.source is not fetched again there), read
+// through the artifacts cache.
+func copyRelease(ctx context.Context, c client.Client, artifacts *artifact.Cache, from, name, to string) error {
 	have := &v1alpha1.OperatorRelease{}
 	src := &v1alpha1.OperatorRelease{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: from, Name: name}, src); err != nil {
@@ -600,7 +606,7 @@ func copyRelease(ctx context.Context, c client.Client, from, name, to string) er
 	case err != nil && !apierrors.IsNotFound(err):
 		return err
 	}
-	b, err := artifact.Get(ctx, c, from, release.ManifestDigest(src))
+	b, err := artifacts.Get(ctx, c, from, release.ManifestDigest(src))
 	if err != nil {
 		return fmt.Errorf("reading the manifests of release %s/%s to copy: %w", from, name, err)
 	}

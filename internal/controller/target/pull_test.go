@@ -495,3 +495,84 @@ func TestOpenedTargetsGoFirst(t *testing.T) {
 		t.Errorf("first out: %s; want the opened target ro-wave1", first.Name)
 	}
 }
+
+// TestAWaveReadsEachInputOnce: the relay reads a release's manifests and a rendering from the
+// hub once for all the pull members a revision copies them to, not once per member (before,
+// a 1,000-cluster wave read each 1,000 times: with a chart of 1.5 MiB, 1.5 GB through the hub's
+// API server and etcd). Each member's namespace still gets its own copy.
+func TestAWaveReadsEachInputOnce(t *testing.T) {
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	_ = v1alpha1.AddToScheme(scheme)
+	_ = corev1.AddToScheme(scheme)
+	members := []string{"edge1", "edge2", "edge3"}
+	b := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&v1alpha1.RolloutTarget{}, &v1alpha1.OperatorRelease{})
+	for _, m := range members {
+		b = b.WithObjects(&v1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: m}, Spec: v1alpha1.MemberClusterSpec{Mode: v1alpha1.ModePull}})
+	}
+	hub := b.Build()
+	digests := map[string]string{}
+	for _, name := range []string{"a", "b"} {
+		cm := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "op-" + name, "namespace": "op"}}}
+		canonical, err := release.Canonical([]*unstructured.Unstructured{cm})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel := &v1alpha1.OperatorRelease{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name},
+			Spec: v1alpha1.OperatorReleaseSpec{Operator: "op", Version: name, Digest: release.Digest(canonical)}}
+		if _, err := release.Create(ctx, hub, rel, canonical); err != nil {
+			t.Fatal(err)
+		}
+		ref, err := artifact.Put(ctx, hub, "team-a", release.ArtifactKind, []byte("the fleet's rendering of "+name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		digests[name] = ref.Digest
+	}
+	reads := &secretReads{Reader: hub, ns: "team-a"}
+	r := &Reconciler{Client: hub, Hub: reads, APIReader: hub}
+	for i, m := range members {
+		tgt := &v1alpha1.RolloutTarget{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "ro-" + m},
+			Spec: v1alpha1.RolloutTargetSpec{Rollout: "ro", Cluster: m, Revision: 2, Path: v1alpha1.PathUpgrade,
+				FromRelease: "a", ToRelease: "b", FromManifests: digests["a"], Manifests: digests["b"]}}
+		if err := hub.Create(ctx, tgt); err != nil {
+			t.Fatal(err)
+		}
+		mc := &v1alpha1.MemberCluster{}
+		if err := hub.Get(ctx, client.ObjectKey{Name: m}, mc); err != nil {
+			t.Fatal(err)
+		}
+		reads.n = 0
+		if _, err := r.relay(ctx, tgt, mc); err != nil {
+			t.Fatalf("%s: relay: %v", m, err)
+		}
+		// Two releases' manifests and two renderings, one chunk each: read for the first
+		// member only.
+		if want := map[bool]int{true: 4, false: 0}[i == 0]; reads.n != want {
+			t.Errorf("%s: %d reads of the hub's artifacts, want %d", m, reads.n, want)
+		}
+		ns := v1alpha1.MemberNamespace(m)
+		for _, name := range []string{"a", "b"} {
+			if err := hub.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &v1alpha1.OperatorRelease{}); err != nil {
+				t.Errorf("%s: release %s not copied: %v", m, name, err)
+			}
+			if _, err := artifact.Get(ctx, hub, ns, digests[name]); err != nil {
+				t.Errorf("%s: rendering of %s not copied: %v", m, name, err)
+			}
+		}
+	}
+}
+
+// secretReads counts the reads of Secrets in namespace ns made through it.
+type secretReads struct {
+	client.Reader
+	ns string
+	n  int
+}
+
+func (c *secretReads) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*corev1.Secret); ok && key.Namespace == c.ns {
+		c.n++
+	}
+	return c.Reader.Get(ctx, key, obj, opts...)
+}

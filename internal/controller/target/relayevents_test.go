@@ -66,13 +66,13 @@ func TestRelayRecordsThePushEvents(t *testing.T) {
 		}
 		return recorded()
 	}
-	agentWrites := func(rev int32, path, phase, step string) {
+	agentWrites := func(rev int32, path, phase, step string, notes ...v1alpha1.TargetNote) {
 		t.Helper()
 		cp := &v1alpha1.RolloutTarget{}
 		if err := hub.Get(ctx, copyKey, cp); err != nil {
 			t.Fatal(err)
 		}
-		cp.Status = v1alpha1.RolloutTargetStatus{Revision: rev, Path: path, Phase: phase, Step: step, Message: phase + " at " + step}
+		cp.Status = v1alpha1.RolloutTargetStatus{Revision: rev, Path: path, Phase: phase, Step: step, Message: phase + " at " + step, Notes: notes}
 		if err := hub.Status().Update(ctx, cp); err != nil {
 			t.Fatal(err)
 		}
@@ -110,4 +110,77 @@ func TestRelayRecordsThePushEvents(t *testing.T) {
 	check("the restore planned", relay(true))
 	agentWrites(3, v1alpha1.PathRestore, v1alpha1.ClusterFailed, StepRestore)
 	check("the restore started and failed", relay(true), "Normal ClusterStarted", "Warning ClusterFailed")
+
+	// The steps' notes the agent wrote in its copy's status (an agent records no Event) are
+	// recorded as the push steps record them, each once, with the next relayed write.
+	cur = &v1alpha1.RolloutTarget{}
+	if err := hub.Get(ctx, client.ObjectKeyFromObject(tgt), cur); err != nil {
+		t.Fatal(err)
+	}
+	cur.Spec.Revision = 4
+	if err := hub.Update(ctx, cur); err != nil {
+		t.Fatal(err)
+	}
+	check("the second restore planned", relay(true))
+	without := v1alpha1.TargetNote{Type: "Warning", Reason: "RestoreWithoutRelease", Message: "edge: release b is no longer on the hub"}
+	kept := v1alpha1.TargetNote{Type: "Normal", Reason: "KeptSinceSnapshot", Message: "edge: kept 1 objects created since snapshot s"}
+	agentWrites(4, v1alpha1.PathRestore, v1alpha1.ClusterRollingBack, StepRestore, without)
+	check("a note with the start", relay(true), "Normal ClusterStarted", "Warning RestoreWithoutRelease")
+	agentWrites(4, v1alpha1.PathRestore, v1alpha1.ClusterRollingBack, StepApplyRelease, without, kept)
+	check("a second note", relay(true), "Normal KeptSinceSnapshot")
+	agentWrites(4, v1alpha1.PathRestore, v1alpha1.ClusterRolledBack, StepDone, without, kept)
+	check("the end, notes recorded before", relay(true), "Normal ClusterRolledBack")
+	if got := relayedTarget(t, hub, tgt).Status.Notes; !slices.Equal(got, []v1alpha1.TargetNote{without, kept}) {
+		t.Errorf("the target's notes %+v, want the copy's", got)
+	}
+}
+
+func relayedTarget(t *testing.T, c client.Client, tgt *v1alpha1.RolloutTarget) *v1alpha1.RolloutTarget {
+	t.Helper()
+	cur := &v1alpha1.RolloutTarget{}
+	if err := c.Get(t.Context(), client.ObjectKeyFromObject(tgt), cur); err != nil {
+		t.Fatal(err)
+	}
+	return cur
+}
+
+// TestNoteIsRecordedOnce: a step's note goes into status.notes and an Event once, however often
+// the step runs again (a retry, a resumed restore), and a revision keeps its first
+// MaxTargetNotes (with their Events; the rest neither); a note longer than an Event takes is
+// cut as the Event is.
+func TestNoteIsRecordedOnce(t *testing.T) {
+	scheme := runtime.NewScheme()
+	_ = v1alpha1.AddToScheme(scheme)
+	tgt := &v1alpha1.RolloutTarget{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "ro-m1"},
+		Spec: v1alpha1.RolloutTargetSpec{Rollout: "ro", Cluster: "m1", Revision: 2, Path: v1alpha1.PathRestore}}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(tgt).WithStatusSubresource(&v1alpha1.RolloutTarget{}).Build()
+	rec := events.NewFakeRecorder(40)
+	r := &Reconciler{Client: c, Hub: c, APIReader: c, Recorder: rec}
+	tgt = relayedTarget(t, c, tgt)
+	x := r.newExecution(tgt)
+	x.note("Warning", "RestoreWithoutRelease", "%s: release %s is gone", "m1", "b")
+	x.note("Warning", "RestoreWithoutRelease", "%s: release %s is gone", "m1", "b")
+	for i := range v1alpha1.MaxTargetNotes + 2 {
+		x.note("Normal", "KeptSinceSnapshot", "m1: kept %d %s", i, strings.Repeat("x", 2000))
+	}
+	notes := tgt.Status.Notes
+	if len(notes) != v1alpha1.MaxTargetNotes || notes[0].Message != "m1: release b is gone" || notes[1].Reason != "KeptSinceSnapshot" {
+		t.Fatalf("notes %+v", notes)
+	}
+	if n := len(notes[1].Message); n != 1024 || !strings.HasSuffix(notes[1].Message, "...") {
+		t.Errorf("a long note is %d bytes, want 1024 ending in ...", n)
+	}
+	if n := len(rec.Events); n != 0 {
+		t.Errorf("%d Events before the status write", n)
+	}
+	if err := x.patch(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := relayedTarget(t, c, tgt).Status.Notes; !slices.Equal(got, notes) {
+		t.Errorf("written notes %+v", got)
+	}
+	// Its Events follow the write: one per note kept (past the bound, none).
+	if n := len(rec.Events); n != v1alpha1.MaxTargetNotes {
+		t.Errorf("%d Events, want one per note kept (%d)", n, v1alpha1.MaxTargetNotes)
+	}
 }

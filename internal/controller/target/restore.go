@@ -86,7 +86,7 @@ func (restoreSnapshot) run(ctx context.Context, x *execution) (time.Duration, er
 	}
 	if err == nil && len(rep.Kept) > 0 {
 		// Kept, not deleted (spec.pruneOnRollback is off): say so where people look.
-		x.event("Normal", "KeptSinceSnapshot", "%s: kept %d objects created since snapshot %s (spec.pruneOnRollback deletes them): %s",
+		x.note("Normal", "KeptSinceSnapshot", "%s: kept %d objects created since snapshot %s (spec.pruneOnRollback deletes them): %s",
 			t.Spec.Cluster, len(rep.Kept), t.Spec.Snapshot, listSome(rep.Kept, 10))
 	}
 	return 0, err
@@ -142,7 +142,7 @@ func (x *execution) currentReleases(ctx context.Context) ([]*unstructured.Unstru
 		}
 	}
 	if len(missing) > 0 {
-		x.event("Warning", "RestoreWithoutRelease", "%s: %s: the restore quiesces only the operator objects of the snapshot and of the releases it can read",
+		x.note("Warning", "RestoreWithoutRelease", "%s: %s: the restore quiesces only the operator objects of the snapshot and of the releases it can read",
 			t.Spec.Cluster, strings.Join(missing, "; "))
 	}
 	return current, nil

@@ -71,18 +71,19 @@ func TestRestoreReadsTheReleasesInstalledNow(t *testing.T) {
 			"RestoreWithoutRelease member1: release op-v3 (the member's installed-version record names it) is no longer on the hub; release op-v2 (the rollback comes from it) is no longer on the hub"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			hub := failingGets{Client: fake.NewClientBuilder().WithScheme(hubScheme).WithObjects(snap.DeepCopy()).Build(), fails: tc.hubFails, err: tc.err}
-			mem := failingGets{Client: fake.NewClientBuilder().WithScheme(member.Scheme).WithObjects(record.DeepCopy()).Build(), fails: tc.memberFails, err: tc.err}
-			rec := events.NewFakeRecorder(10)
-			x := (&Reconciler{Client: hub, Hub: hub, Releases: &release.Cache{}, Recorder: rec}).newExecution(&v1alpha1.RolloutTarget{
+			tgt := &v1alpha1.RolloutTarget{
 				ObjectMeta: metav1.ObjectMeta{Name: "t", Namespace: "ns"},
 				Spec: v1alpha1.RolloutTargetSpec{Cluster: "member1", Snapshot: "snap", SnapshotStore: "store", Operator: "op",
 					ToRelease: "op-v1", FromRelease: "op-v2", Path: v1alpha1.PathRestore},
-			})
+			}
+			hub := failingGets{Client: fake.NewClientBuilder().WithScheme(hubScheme).WithObjects(snap.DeepCopy(), tgt).
+				WithStatusSubresource(&v1alpha1.RolloutTarget{}).Build(), fails: tc.hubFails, err: tc.err}
+			mem := failingGets{Client: fake.NewClientBuilder().WithScheme(member.Scheme).WithObjects(record.DeepCopy()).Build(), fails: tc.memberFails, err: tc.err}
+			rec := events.NewFakeRecorder(10)
+			x := (&Reconciler{Client: hub, Hub: hub, Releases: &release.Cache{}, Recorder: rec}).newExecution(tgt)
 			x.cl = &member.Cluster{Name: "member1", Client: mem}
 			_, err := restoreSnapshot{}.run(t.Context(), x)
-			// Events follow the status write that records the step; here nothing changed in
-			// the status, so the write is a no-op that releases them.
+			// Events follow the status write that records the step (its notes).
 			if perr := x.patch(t.Context()); perr != nil {
 				t.Fatal(perr)
 			}
@@ -105,6 +106,10 @@ func TestRestoreReadsTheReleasesInstalledNow(t *testing.T) {
 			}
 			if !slicesContainsSubstring(got, tc.event) {
 				t.Errorf("events %q: want one containing %q", got, tc.event)
+			}
+			// The same in status.notes, where a pull member's hub finds it.
+			if n := tgt.Status.Notes; len(n) != 1 || !strings.Contains(n[0].Reason+" "+n[0].Message, tc.event) {
+				t.Errorf("status.notes %+v: want the note of %q", n, tc.event)
 			}
 		})
 	}
