@@ -330,24 +330,7 @@ func TestARollbackCopiesNoInputAgain(t *testing.T) {
 			obj.SetUID(types.UID(fmt.Sprintf("uid-%d", uids)))
 			return c.Create(ctx, obj, opts...)
 		}}).Build()
-	rendering := map[string]string{}
-	for _, name := range []string{"a", "b", "c"} {
-		cm := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "op-" + name, "namespace": "op"}}}
-		canonical, err := release.Canonical([]*unstructured.Unstructured{cm})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rel := &v1alpha1.OperatorRelease{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name},
-			Spec: v1alpha1.OperatorReleaseSpec{Operator: "op", Version: name, Digest: release.Digest(canonical)}}
-		if _, err := release.Create(ctx, hub, rel, canonical); err != nil {
-			t.Fatal(err)
-		}
-		ref, err := artifact.Put(ctx, hub, "team-a", release.ArtifactKind, []byte("rendering of "+name+" for edge"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		rendering[name] = ref.Digest
-	}
+	rendering := makeReleases(t, hub, "team-a", []string{"a", "b", "c"}, "for edge")
 	reads := &countingReader{Reader: hub}
 	r := &Reconciler{Client: hub, Hub: reads, APIReader: hub}
 	tgt := &v1alpha1.RolloutTarget{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "ro-edge"}}
@@ -511,24 +494,7 @@ func TestAWaveReadsEachInputOnce(t *testing.T) {
 		b = b.WithObjects(&v1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: m}, Spec: v1alpha1.MemberClusterSpec{Mode: v1alpha1.ModePull}})
 	}
 	hub := b.Build()
-	digests := map[string]string{}
-	for _, name := range []string{"a", "b"} {
-		cm := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "op-" + name, "namespace": "op"}}}
-		canonical, err := release.Canonical([]*unstructured.Unstructured{cm})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rel := &v1alpha1.OperatorRelease{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name},
-			Spec: v1alpha1.OperatorReleaseSpec{Operator: "op", Version: name, Digest: release.Digest(canonical)}}
-		if _, err := release.Create(ctx, hub, rel, canonical); err != nil {
-			t.Fatal(err)
-		}
-		ref, err := artifact.Put(ctx, hub, "team-a", release.ArtifactKind, []byte("the fleet's rendering of "+name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		digests[name] = ref.Digest
-	}
+	digests := makeReleases(t, hub, "team-a", []string{"a", "b"}, "for the fleet")
 	reads := &secretReads{Reader: hub, ns: "team-a"}
 	r := &Reconciler{Client: hub, Hub: reads, APIReader: hub}
 	for i, m := range members {
@@ -575,4 +541,29 @@ func (c *secretReads) Get(ctx context.Context, key client.ObjectKey, obj client.
 		c.n++
 	}
 	return c.Reader.Get(ctx, key, obj, opts...)
+}
+
+// makeReleases creates in namespace ns a release of each name (one ConfigMap) and a rendering
+// of it ("rendering of NAME " + of), and returns each rendering's digest by name.
+func makeReleases(t *testing.T, hub client.Client, ns string, names []string, of string) map[string]string {
+	t.Helper()
+	rendering := map[string]string{}
+	for _, name := range names {
+		cm := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "op-" + name, "namespace": "op"}}}
+		canonical, err := release.Canonical([]*unstructured.Unstructured{cm})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel := &v1alpha1.OperatorRelease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: v1alpha1.OperatorReleaseSpec{Operator: "op", Version: name, Digest: release.Digest(canonical)}}
+		if _, err := release.Create(t.Context(), hub, rel, canonical); err != nil {
+			t.Fatal(err)
+		}
+		ref, err := artifact.Put(t.Context(), hub, ns, release.ArtifactKind, []byte("rendering of "+name+" "+of))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rendering[name] = ref.Digest
+	}
+	return rendering
 }
