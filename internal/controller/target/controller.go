@@ -111,6 +111,8 @@ type Reconciler struct {
 	// artifacts keeps the manifests and renderings the relay copies to pull members: each is
 	// read once from the hub for every member a revision copies it to.
 	artifacts artifact.Cache
+	// credentials reads the Secrets the relay copies to pull members once per revision.
+	credentials revisionSecrets
 }
 
 func (r *Reconciler) now() time.Time {

@@ -91,7 +91,7 @@ func (r *Reconciler) copyMetricSecrets(ctx context.Context, t *v1alpha1.RolloutT
 		names = append(names, ref.Name)
 	}
 	slices.Sort(names)
-	return r.copySecrets(ctx, t.Namespace, slices.Compact(names), ns, "the metric gates of target "+t.Name)
+	return r.copySecrets(ctx, t, t.Namespace, slices.Compact(names), ns, "the metric gates of target "+t.Name)
 }
 
 // MemberSnapshotName is the name in a pull member's namespace of the snapshot name that a

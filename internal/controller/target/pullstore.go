@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -105,7 +107,7 @@ func (r *Reconciler) copyStore(ctx context.Context, t *v1alpha1.RolloutTarget, n
 	err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), have)
 	switch {
 	case apierrors.IsNotFound(err):
-		if err := r.copyStoreSecrets(ctx, src, ns); err != nil {
+		if err := r.copyStoreSecrets(ctx, t, src, ns); err != nil {
 			return err
 		}
 		if err := r.Client.Create(ctx, want); apierrors.IsAlreadyExists(err) {
@@ -120,7 +122,7 @@ func (r *Reconciler) copyStore(ctx context.Context, t *v1alpha1.RolloutTarget, n
 		return reconcile.TerminalError(fmt.Errorf("snapshot store %s/%s cannot be copied to pull member namespace %s: a SnapshotStore %s not copied from it is there; remove it",
 			src.Namespace, src.Name, ns, want.Name))
 	case !equality.Semantic.DeepEqual(have.Spec, want.Spec):
-		if err := r.copyStoreSecrets(ctx, src, ns); err != nil {
+		if err := r.copyStoreSecrets(ctx, t, src, ns); err != nil {
 			return err
 		}
 		have.Spec = want.Spec
@@ -128,7 +130,7 @@ func (r *Reconciler) copyStore(ctx context.Context, t *v1alpha1.RolloutTarget, n
 			return fmt.Errorf("updating the copy %s/%s of snapshot store %s/%s: %w", ns, have.Name, src.Namespace, src.Name, err)
 		}
 	case withSecrets:
-		if err := r.copyStoreSecrets(ctx, src, ns); err != nil {
+		if err := r.copyStoreSecrets(ctx, t, src, ns); err != nil {
 			return err
 		}
 	}
@@ -144,9 +146,59 @@ func (r *Reconciler) copyStore(ctx context.Context, t *v1alpha1.RolloutTarget, n
 }
 
 // copyStoreSecrets copies the Secrets store src references into pull member namespace ns,
-// or updates their copies when their data changed.
-func (r *Reconciler) copyStoreSecrets(ctx context.Context, src *v1alpha1.SnapshotStore, ns string) error {
-	return r.copySecrets(ctx, src.Namespace, storeSecrets(src), ns, "snapshot store "+src.Name)
+// or updates their copies when their data changed, for target t.
+func (r *Reconciler) copyStoreSecrets(ctx context.Context, t *v1alpha1.RolloutTarget, src *v1alpha1.SnapshotStore, ns string) error {
+	return r.copySecrets(ctx, t, src.Namespace, storeSecrets(src), ns, "snapshot store "+src.Name)
+}
+
+// revisionSecrets reads each Secret the relay copies to pull members (credentials: a store's,
+// a metric gate's) once per revision of a Rollout, for all its members: the copies of one
+// revision get the Secret as it was when the first of them was made, and a Secret changed
+// since reaches every member with the next revision (as it always did: credentials follow with
+// each revision). Before, each member of a wave read each Secret from the API server again.
+// It keeps one read per Secret, the latest revision's; a failed read is not kept.
+type revisionSecrets struct {
+	mu sync.Mutex
+	m  map[types.NamespacedName]revisionSecret
+}
+
+type revisionSecret struct {
+	// revision is the Rollout revision it was read for: "namespace/rollout@revision".
+	revision string
+	secret   *corev1.Secret // nil: not found
+}
+
+// get returns Secret key as read for t's revision (NotFound when it was missing then).
+// Callers must not modify it.
+func (c *revisionSecrets) get(ctx context.Context, rd client.Reader, key types.NamespacedName, t *v1alpha1.RolloutTarget) (*corev1.Secret, error) {
+	rev := fmt.Sprintf("%s/%s@%d", t.Namespace, t.Spec.Rollout, t.Spec.Revision)
+	c.mu.Lock()
+	e, ok := c.m[key]
+	c.mu.Unlock()
+	if ok && e.revision == rev {
+		if e.secret == nil {
+			return nil, apierrors.NewNotFound(corev1.Resource("secrets"), key.Name)
+		}
+		return e.secret, nil
+	}
+	s := &corev1.Secret{}
+	err := rd.Get(ctx, key, s)
+	switch {
+	case apierrors.IsNotFound(err):
+		s = nil
+	case err != nil:
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.m == nil {
+		c.m = map[types.NamespacedName]revisionSecret{}
+	}
+	c.m[key] = revisionSecret{revision: rev, secret: s}
+	c.mu.Unlock()
+	if s == nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // copySecrets copies the Secrets names of namespace from, which of (a snapshot store, a
@@ -154,10 +206,10 @@ func (r *Reconciler) copyStoreSecrets(ctx context.Context, src *v1alpha1.Snapsho
 // MemberSnapshotName, or updates their copies when their data changed. A Secret that is
 // missing is not copied: the agent's step names its copy as missing (and the hub's probe of a
 // store names the original).
-func (r *Reconciler) copySecrets(ctx context.Context, from string, names []string, ns, of string) error {
+func (r *Reconciler) copySecrets(ctx context.Context, t *v1alpha1.RolloutTarget, from string, names []string, ns, of string) error {
 	for _, name := range names {
-		s := &corev1.Secret{}
-		if err := r.Hub.Get(ctx, client.ObjectKey{Namespace: from, Name: name}, s); apierrors.IsNotFound(err) {
+		s, err := r.credentials.get(ctx, r.Hub, client.ObjectKey{Namespace: from, Name: name}, t)
+		if apierrors.IsNotFound(err) {
 			continue
 		} else if err != nil {
 			return fmt.Errorf("reading Secret %s/%s of %s to copy for a pull member: %w", from, name, of, err)
@@ -167,10 +219,10 @@ func (r *Reconciler) copySecrets(ctx context.Context, from string, names []strin
 				v1alpha1.LabelSourceNamespace: from, v1alpha1.LabelSourceName: name,
 				"app.kubernetes.io/managed-by": "rewind",
 			}},
-			Type: s.Type, Data: s.Data,
+			Type: s.Type, Data: maps.Clone(s.Data), // s is shared (revisionSecrets); a write decodes into its object
 		}
 		have := &corev1.Secret{}
-		err := r.Hub.Get(ctx, client.ObjectKeyFromObject(want), have)
+		err = r.Hub.Get(ctx, client.ObjectKeyFromObject(want), have)
 		switch {
 		case apierrors.IsNotFound(err):
 			if err := r.Client.Create(ctx, want); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -183,7 +235,7 @@ func (r *Reconciler) copySecrets(ctx context.Context, from string, names []strin
 				from, name, of, ns, want.Name))
 		case !maps.EqualFunc(have.Data, s.Data, bytes.Equal):
 			base := have.DeepCopy()
-			have.Data = s.Data
+			have.Data = maps.Clone(s.Data)
 			if err := r.Client.Patch(ctx, have, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 				return fmt.Errorf("updating the copy of Secret %s/%s of %s in %s: %w", from, name, of, ns, err)
 			}

@@ -1,10 +1,16 @@
 package target
 
 import (
+	"context"
 	"slices"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 )
@@ -73,4 +79,54 @@ func TestCopySpecRenamesMetricSecrets(t *testing.T) {
 	if again := copySpec(&v1alpha1.RolloutTarget{ObjectMeta: src.ObjectMeta, Spec: spec}); again.HealthGates.Metrics[0].Provider.Prometheus.SecretRef.Name != "team-a.prom-token" {
 		t.Fatalf("a name already prefixed is prefixed again: %s", again.HealthGates.Metrics[0].Provider.Prometheus.SecretRef.Name)
 	}
+}
+
+// TestAWaveReadsEachCredentialOnce: the Secrets the relay copies to pull members (here a metric
+// gate's) are read from the hub once per revision for all its members, not once per member;
+// a Secret changed since reaches every member's copy with the next revision, and a Secret
+// missing is copied nowhere (the agent's step names its copy as missing).
+func TestAWaveReadsEachCredentialOnce(t *testing.T) {
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	_ = v1alpha1.AddToScheme(scheme)
+	_ = corev1.AddToScheme(scheme)
+	token := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "prom-token"}, Data: map[string][]byte{"token": []byte("one")}}
+	hub := fake.NewClientBuilder().WithScheme(scheme).WithObjects(token).Build()
+	reads := &secretReads{Reader: hub, ns: "team-a"}
+	r := &Reconciler{Client: hub, Hub: reads, APIReader: hub}
+	target := func(member string, rev int32, secret string) *v1alpha1.RolloutTarget {
+		return &v1alpha1.RolloutTarget{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "ro-" + member}, Spec: v1alpha1.RolloutTargetSpec{
+			Rollout: "ro", Cluster: member, Revision: rev,
+			HealthGates: v1alpha1.HealthGates{Metrics: []v1alpha1.Metric{{Name: "prom", Provider: v1alpha1.MetricProvider{Prometheus: &v1alpha1.PrometheusMetric{
+				Address: "http://p", Query: "q", SecretRef: &v1alpha1.LocalSecretReference{Name: secret}}}}}},
+		}}
+	}
+	members := []string{"edge1", "edge2", "edge3"}
+	revision := func(rev int32, secret, want string) {
+		t.Helper()
+		reads.n = 0
+		for _, m := range members {
+			if err := r.copyMetricSecrets(ctx, target(m, rev, secret), v1alpha1.MemberNamespace(m)); err != nil {
+				t.Fatalf("revision %d, %s: %v", rev, m, err)
+			}
+			cp := &corev1.Secret{}
+			err := hub.Get(ctx, client.ObjectKey{Namespace: v1alpha1.MemberNamespace(m), Name: MemberSnapshotName("team-a", secret)}, cp)
+			switch {
+			case want == "" && !apierrors.IsNotFound(err):
+				t.Errorf("revision %d, %s: a copy of missing Secret %s: %v", rev, m, secret, err)
+			case want != "" && (err != nil || string(cp.Data["token"]) != want):
+				t.Errorf("revision %d, %s: the copy holds %q (%v), want %q", rev, m, cp.Data["token"], err, want)
+			}
+		}
+		if reads.n != 1 {
+			t.Errorf("revision %d: Secret %s read %d times from the hub for %d members, want once", rev, secret, reads.n, len(members))
+		}
+	}
+	revision(2, "prom-token", "one")
+	token.Data["token"] = []byte("two") // rotated
+	if err := hub.Update(ctx, token); err != nil {
+		t.Fatal(err)
+	}
+	revision(3, "prom-token", "two")
+	revision(4, "no-such-token", "")
 }
