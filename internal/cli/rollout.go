@@ -53,7 +53,9 @@ func newRolloutStatusCommand(h *hubFlags) *cobra.Command {
 		Short: "Show a rollout's progress per wave and per cluster",
 		Long: `Shows a rollout's phase and conditions, then one line per member cluster: its wave, its path
 (upgrade or restore), its phase and step, the releases it goes from and to, and the snapshot
-taken before it changed. With --watch it prints again every 2 seconds until the rollout
+taken before it changed; then each cluster's metric analyses, and what its steps noted (objects
+kept since the snapshot, a restore without a release's manifests, inconclusive metrics
+approved). With --watch it prints again every 2 seconds until the rollout
 succeeds, fails or is rolled back; with -o json or -o yaml each print is a whole Rollout
 (YAML documents are separated by ---).`,
 		Example: `  rewind rollout status mysql
@@ -233,6 +235,26 @@ func printRolloutStatus(out io.Writer, ro *v1alpha1.Rollout, targets []v1alpha1.
 	}
 	w.Flush()
 	printMetrics(out, targets)
+	printNotes(out, targets)
+}
+
+// printNotes prints what the targets' steps reported in this revision besides their phases
+// (status.notes, also Events on the Rollout while those last): objects kept since the
+// snapshot, a restore without a release's manifests, inconclusive metrics approved.
+func printNotes(out io.Writer, targets []v1alpha1.RolloutTarget) {
+	first := true
+	for _, t := range targets {
+		if t.Status.Revision != t.Spec.Revision || t.Status.Path != t.Spec.Path {
+			continue
+		}
+		for _, n := range t.Status.Notes {
+			if first {
+				fmt.Fprintln(out, "Notes:")
+				first = false
+			}
+			fmt.Fprintf(out, "  %s %s %s: %s\n", t.Spec.Cluster, n.Type, n.Reason, n.Message)
+		}
+	}
 }
 
 // printMetrics prints the metric analyses of the targets, with their last measurements; a
