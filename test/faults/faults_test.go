@@ -287,7 +287,13 @@ func TestAPIServerRestartedDuringAStep(t *testing.T) {
 			f.Populate()
 			stopManager()
 			suite.StartManager(t, f.NS, controller.Options{CrashAt: restartAt(t, "member2", step)})
-			f.SetRelease("mysql-b", nil)
+			// The member's own controllers (its kube-controller-manager's informers) back off
+			// while their API server is down, up to 30 s between tries, and see the new
+			// Deployment only after that: the health gate's usual 20 s could end before the
+			// deployment controller saw it (a loaded CI machine failed so, at ApplyWorkloads).
+			// That is the member's recovery, not rewind's; rewind's part (the step resumed, no
+			// failure) is what this test checks.
+			f.SetRelease("mysql-b", func(s *v1alpha1.RolloutSpec) { s.HealthGates.Timeout = &metav1.Duration{Duration: 2 * time.Minute} })
 			ro := f.WaitPhase("mysql-b", v1alpha1.RolloutSucceeded, 5*time.Minute)
 			assertNoFailure(t, f)
 			assertRuns(t, f, "mysql-b")
