@@ -12,10 +12,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -91,22 +94,12 @@ func runDoc(t *testing.T, root, binDir, testbedBin string, blocks []block) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", "-c", script.String())
-	cmd.Dir = work
-	cmd.Env = append(os.Environ(), "HOME="+work, "XDG_CACHE_HOME=", "KUBECONFIG=",
+	env := append(os.Environ(), "HOME="+work, "XDG_CACHE_HOME=", "KUBECONFIG=",
 		"PATH="+testbedBin+string(os.PathListSeparator)+os.Getenv("PATH"),
 		testbed.BinDirEnv+"="+testbedBin)
-	// Its own process group: what the blocks start in the background (the controller) is
-	// stopped with it, by the group's id.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	var out bytes.Buffer
-	cmd.Stdout = &out
 	start := time.Now()
-	runErr := cmd.Run()
-	if cmd.Process != nil {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-	}
+	runErr := runScript(ctx, work, stateDir, script.String(), env, &out)
 	// The output of each block, by its marker.
 	outputs := make([]string, len(blocks))
 	last := -1
@@ -139,4 +132,48 @@ func runDoc(t *testing.T, root, binDir, testbedBin string, blocks []block) {
 			t.Errorf("%s:%d: the output is not the one the document shows: %v\nblock:\n%s\noutput:\n%s", b.file, b.line, err, b.script, outputs[i])
 		}
 	}
+}
+
+// runScript runs script with bash in folder work, its output to stdout, in a process group of
+// its own: what the script starts in the background (a controller) is stopped with the group
+// when it ends, by the group's id (the testbed it starts is stopped by its record in stateDir,
+// by the caller's cleanup). Interrupted (SIGINT or SIGTERM: make test stopped), the test
+// binary exits without running any cleanup: so the group and the testbed are stopped first,
+// here, and the binary exits as the signal says (130 or 143). Before, a document's testbed
+// outlived an interrupted make test.
+func runScript(ctx context.Context, work, stateDir, script string, env []string, stdout io.Writer) error {
+	cmd := exec.CommandContext(ctx, "bash", "-c", script)
+	cmd.Dir, cmd.Env, cmd.Stdout = work, env, stdout
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	var pgid atomic.Int64
+	var interrupted atomic.Bool
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	done := make(chan struct{})
+	defer func() { signal.Stop(sig); close(done) }()
+	go func() {
+		select {
+		case s := <-sig:
+			interrupted.Store(true)
+			if p := pgid.Load(); p > 0 {
+				_ = syscall.Kill(-int(p), syscall.SIGKILL)
+			}
+			if _, err := os.Stat(filepath.Join(stateDir, testbed.StateFileName)); err == nil {
+				_, _ = testbed.StopState(stateDir)
+			}
+			os.Exit(128 + int(s.(syscall.Signal)))
+		case <-done:
+		}
+	}()
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	pgid.Store(int64(cmd.Process.Pid))
+	err := cmd.Wait()
+	if interrupted.Load() {
+		select {} // the script was killed by the handler, which stops the rest and exits
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+	return err
 }
