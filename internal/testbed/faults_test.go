@@ -27,6 +27,7 @@ import (
 
 	"github.com/rewind-dev/rewind/internal/fault"
 	"github.com/rewind-dev/rewind/internal/testbed"
+	"github.com/rewind-dev/rewind/internal/testbed/testenv"
 )
 
 // poll runs cond every 100ms until it holds, or fails the test after timeout; last says what
@@ -363,8 +364,8 @@ func TestCLIUpWithMemberFaults(t *testing.T) {
 		"--member-reset-every", "2s", "--member-refuse-for", "500ms",
 		"--member-http-faults", "0.5", "--member-http-fault-codes", "429,503", "--member-http-faults-mutating-only",
 		"--state-dir", dir, "--bin-dir", binDir(t))
+	testenv.StopStateOnInterrupt(t, dir) // registered first: up may be interrupted half way
 	out, err := up.CombinedOutput()
-	t.Cleanup(func() { _, _ = testbed.StopState(dir) })
 	if err != nil {
 		t.Fatalf("rewind testbed up: %v\n%s", err, out)
 	}

@@ -288,9 +288,47 @@ func Start(ctx context.Context, opts Options) (_ *Testbed, err error) {
 	return t, nil
 }
 
+// interruptHooks are the functions OnInterrupt registered, by id.
+var interruptHooks = struct {
+	sync.Mutex
+	next int
+	m    map[int]func()
+}{m: map[int]func(){}}
+
+// OnInterrupt has fn run when a testbed's signal handler (Options.HandleSignals) stops it on
+// SIGINT or SIGTERM, before the process exits without running its tests' cleanups: for what
+// a test started that would outlive the process otherwise, such as a detached testbed (rewind
+// testbed up; its processes have no parent-death signal by design). remove unregisters it
+// (the test's cleanup, once it stopped that itself).
+func OnInterrupt(fn func()) (remove func()) {
+	interruptHooks.Lock()
+	defer interruptHooks.Unlock()
+	id := interruptHooks.next
+	interruptHooks.next++
+	interruptHooks.m[id] = fn
+	return func() {
+		interruptHooks.Lock()
+		defer interruptHooks.Unlock()
+		delete(interruptHooks.m, id)
+	}
+}
+
+func runInterruptHooks() {
+	interruptHooks.Lock()
+	fns := make([]func(), 0, len(interruptHooks.m))
+	for _, fn := range interruptHooks.m {
+		fns = append(fns, fn)
+	}
+	interruptHooks.Unlock()
+	for _, fn := range fns {
+		fn()
+	}
+}
+
 func (t *Testbed) onSignal() {
 	select {
 	case sig := <-t.stopSig:
+		runInterruptHooks()
 		_ = t.Stop()
 		code := 130
 		if sig == syscall.SIGTERM {

@@ -39,6 +39,9 @@ var env *testbed.Testbed
 // it starts a testbed in the given state folder, says READY and waits to be interrupted.
 const childEnv = "REWIND_TESTBED_SIGINT_CHILD"
 
+// interruptedFile is what the child's OnInterrupt hook writes in its state folder.
+const interruptedFile = "interrupt-hook-ran"
+
 func TestMain(m *testing.M) {
 	if dir := os.Getenv(childEnv); dir != "" {
 		runChild(dir)
@@ -48,6 +51,8 @@ func TestMain(m *testing.M) {
 }
 
 func runChild(dir string) {
+	// What a test registers to stop on an interrupt (a detached testbed) runs before the exit.
+	testbed.OnInterrupt(func() { _ = os.WriteFile(filepath.Join(dir, interruptedFile), nil, 0o600) })
 	_, err := testbed.Start(context.Background(), testbed.Options{
 		Members: 1, Workloads: true, StateDir: dir, HandleSignals: true, Log: os.Stderr,
 	})
@@ -240,6 +245,9 @@ func TestStopLeavesNoProcess(t *testing.T) {
 	}
 }
 
+// TestSIGINTStopsEverything: a testbed started with HandleSignals stops every process it
+// started when the test binary is interrupted, after running what tests registered with
+// OnInterrupt (the detached testbeds they started), and the binary exits with 130.
 func TestSIGINTStopsEverything(t *testing.T) {
 	dir := t.TempDir()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -294,6 +302,9 @@ func TestSIGINTStopsEverything(t *testing.T) {
 		t.Errorf("the child should exit with status 130 after SIGINT, got %v", err)
 	}
 	assertAllGone(t, st.Processes)
+	if _, err := os.Stat(filepath.Join(dir, interruptedFile)); err != nil {
+		t.Errorf("the child's OnInterrupt hook did not run before it exited: %v", err)
+	}
 }
 
 func TestCLIUpDownLeavesNoProcess(t *testing.T) {
@@ -301,8 +312,8 @@ func TestCLIUpDownLeavesNoProcess(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "state")
 	const latency = 25 * time.Millisecond
 	up := exec.Command(rewind, "testbed", "up", "--members", "3", "--member-latency", latency.String(), "--state-dir", dir, "--bin-dir", binDir(t))
+	testenv.StopStateOnInterrupt(t, dir) // registered first: up may be interrupted half way
 	out, err := up.CombinedOutput()
-	t.Cleanup(func() { _, _ = testbed.StopState(dir) })
 	if err != nil {
 		t.Fatalf("rewind testbed up: %v\n%s", err, out)
 	}

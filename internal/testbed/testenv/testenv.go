@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -87,4 +88,17 @@ func Namespace(t testing.TB, cfg *rest.Config) string {
 		}
 	})
 	return name
+}
+
+// StopStateOnInterrupt stops the detached testbed recorded in dir (rewind testbed up
+// --state-dir dir) when the test ends, and also when make test is interrupted (SIGINT,
+// SIGTERM: the package's testbed handler exits without running the test's cleanups).
+func StopStateOnInterrupt(t testing.TB, dir string) {
+	stop := func() {
+		if _, err := os.Stat(filepath.Join(dir, testbed.StateFileName)); err == nil {
+			_, _ = testbed.StopState(dir)
+		}
+	}
+	remove := testbed.OnInterrupt(stop)
+	t.Cleanup(func() { remove(); stop() })
 }
