@@ -30,14 +30,7 @@ import (
 // holds links to the repository's examples and config and a freshly built bin/rewind, with
 // HOME in that folder (so the testbed's default state folder is there too).
 func TestDocs(t *testing.T) {
-	root, err := testbed.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bins, err := testbed.FindBinaries()
-	if err != nil {
-		t.Fatal(err)
-	}
+	root, bins := repoAndBinaries(t)
 	files, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	if err != nil {
 		t.Fatal(err)
@@ -176,4 +169,18 @@ func runScript(ctx context.Context, work, stateDir, script string, env []string,
 	}
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
 	return err
+}
+
+// repoAndBinaries returns the repository's root and the testbed binaries.
+func repoAndBinaries(t *testing.T) (string, testbed.Binaries) {
+	t.Helper()
+	root, err := testbed.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bins, err := testbed.FindBinaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root, bins
 }

@@ -3,19 +3,16 @@
 package docs_test
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/rewind-dev/rewind/internal/testbed"
+	"github.com/rewind-dev/rewind/internal/testbed/testenv"
 )
 
 // signalChildEnv, when set to a folder, makes the test binary a document run that is
@@ -40,14 +37,7 @@ func TestMain(m *testing.M) {
 // and the binary exits with 143. Before, the test's cleanup that stops it never ran: an
 // interrupted make test left etcd, the API servers and the member controllers running.
 func TestAnInterruptedDocumentLeavesNoProcess(t *testing.T) {
-	root, err := testbed.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bins, err := testbed.FindBinaries()
-	if err != nil {
-		t.Fatal(err)
-	}
+	root, bins := repoAndBinaries(t)
 	dir := t.TempDir()
 	if err := os.Mkdir(filepath.Join(dir, "bin"), 0o755); err != nil {
 		t.Fatal(err)
@@ -61,38 +51,12 @@ func TestAnInterruptedDocumentLeavesNoProcess(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), signalChildEnv+"="+dir, testbed.BinDirEnv+"="+filepath.Dir(bins.APIServer))
 	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
 		if _, err := os.Stat(filepath.Join(state, testbed.StateFileName)); err == nil {
 			_, _ = testbed.StopState(state)
 		}
 	})
-	ready := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if strings.TrimSpace(sc.Text()) == "READY" {
-				ready <- true
-				return
-			}
-		}
-		ready <- false
-	}()
-	select {
-	case ok := <-ready:
-		if !ok {
-			t.Fatal("the child exited before its testbed was ready")
-		}
-	case <-time.After(3 * time.Minute):
-		t.Fatal("the child's testbed was not ready within 3 minutes")
-	}
+	testenv.StartReady(t, cmd)
 	st, err := testbed.ReadState(state)
 	if err != nil {
 		t.Fatal(err)
@@ -105,26 +69,5 @@ func TestAnInterruptedDocumentLeavesNoProcess(t *testing.T) {
 			t.Fatalf("process %s (pid %d) of the testbed is not running before the signal", p.Name, p.PID)
 		}
 	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err = <-done:
-	case <-time.After(time.Minute):
-		t.Fatal("the child did not exit within a minute of SIGTERM")
-	}
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 143 {
-		t.Errorf("the child should exit with status 143 after SIGTERM, got %v", err)
-	}
-	for _, p := range st.Processes {
-		if testbed.Alive(p) {
-			t.Errorf("process %s (pid %d) of the testbed is still alive", p.Name, p.PID)
-		}
-		if testbed.GroupAlive(p.PID) {
-			t.Errorf("process group of %s (pgid %d) still has members", p.Name, p.PID)
-		}
-	}
+	testenv.Interrupt(t, cmd, syscall.SIGTERM, 143, st.Processes)
 }

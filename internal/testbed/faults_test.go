@@ -347,7 +347,7 @@ func TestMemberFaults(t *testing.T) {
 		if err := tb.Stop(); err != nil {
 			t.Fatal(err)
 		}
-		assertAllGone(t, recs)
+		testenv.AssertAllGone(t, recs)
 		if conn, err := net.DialTimeout("tcp", strings.TrimPrefix(m.Server, "https://"), time.Second); err == nil {
 			conn.Close()
 			t.Errorf("the member proxy still accepts connections on %s after Stop", m.Server)
@@ -408,5 +408,5 @@ func TestCLIUpWithMemberFaults(t *testing.T) {
 	if err != nil {
 		t.Fatalf("rewind testbed down: %v\n%s", err, downOut)
 	}
-	assertAllGone(t, st.Processes)
+	testenv.AssertAllGone(t, st.Processes)
 }

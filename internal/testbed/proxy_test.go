@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rewind-dev/rewind/internal/testbed"
+	"github.com/rewind-dev/rewind/internal/testbed/testenv"
 )
 
 func TestMemberLatency(t *testing.T) {
@@ -49,7 +50,7 @@ func TestMemberLatency(t *testing.T) {
 	if err := tb.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	assertAllGone(t, recs)
+	testenv.AssertAllGone(t, recs)
 	if conn, err := net.DialTimeout("tcp", strings.TrimPrefix(m.Server, "https://"), time.Second); err == nil {
 		conn.Close()
 		t.Errorf("the proxy still accepts connections on %s after Stop", m.Server)

@@ -3,10 +3,8 @@
 package testbed_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -209,17 +207,6 @@ func TestGarbageCollectorDeletesOrphans(t *testing.T) {
 
 // assertAllGone fails unless every recorded process, and every member of its process group,
 // has exited.
-func assertAllGone(t *testing.T, recs []testbed.ProcessRecord) {
-	t.Helper()
-	for _, r := range recs {
-		if testbed.Alive(r) {
-			t.Errorf("process %s (pid %d) is still alive", r.Name, r.PID)
-		}
-		if testbed.GroupAlive(r.PID) {
-			t.Errorf("process group of %s (pgid %d) still has members", r.Name, r.PID)
-		}
-	}
-}
 
 func TestStopLeavesNoProcess(t *testing.T) {
 	tb, err := testbed.Start(t.Context(), testbed.Options{Members: 1, Workloads: true, BinDir: binDir(t), Log: testWriter{t}})
@@ -239,7 +226,7 @@ func TestStopLeavesNoProcess(t *testing.T) {
 	if err := tb.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	assertAllGone(t, recs)
+	testenv.AssertAllGone(t, recs)
 	if _, err := os.Stat(tb.StateDir); !os.IsNotExist(err) {
 		t.Errorf("Stop must remove the temporary state folder %s (err=%v)", tb.StateDir, err)
 	}
@@ -253,33 +240,8 @@ func TestSIGINTStopsEverything(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+dir, testbed.BinDirEnv+"="+binDir(t))
 	cmd.Stderr = testWriter{t}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = testbed.StopState(dir) })
-	ready := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if strings.TrimSpace(sc.Text()) == "READY" {
-				ready <- true
-				return
-			}
-		}
-		ready <- false
-	}()
-	select {
-	case ok := <-ready:
-		if !ok {
-			t.Fatal("the child exited before its testbed was ready")
-		}
-	case <-time.After(3 * time.Minute):
-		t.Fatal("the child's testbed was not ready within 3 minutes")
-	}
+	t.Cleanup(func() { _, _ = testbed.StopState(dir) })
+	testenv.StartReady(t, cmd)
 	st, err := testbed.ReadState(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -287,21 +249,7 @@ func TestSIGINTStopsEverything(t *testing.T) {
 	if len(st.Processes) != 6 {
 		t.Fatalf("want 6 processes in the state file, got %d", len(st.Processes))
 	}
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err = <-done:
-	case <-time.After(time.Minute):
-		t.Fatal("the child did not exit within a minute of SIGINT")
-	}
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 130 {
-		t.Errorf("the child should exit with status 130 after SIGINT, got %v", err)
-	}
-	assertAllGone(t, st.Processes)
+	testenv.Interrupt(t, cmd, syscall.SIGINT, 130, st.Processes)
 	if _, err := os.Stat(filepath.Join(dir, interruptedFile)); err != nil {
 		t.Errorf("the child's OnInterrupt hook did not run before it exited: %v", err)
 	}
@@ -386,5 +334,5 @@ func TestCLIUpDownLeavesNoProcess(t *testing.T) {
 	if err != nil {
 		t.Fatalf("rewind testbed down: %v\n%s", err, downOut)
 	}
-	assertAllGone(t, st.Processes)
+	testenv.AssertAllGone(t, st.Processes)
 }
