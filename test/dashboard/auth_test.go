@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -25,6 +26,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	certutil "k8s.io/client-go/util/cert"
@@ -85,6 +87,18 @@ func pausedRollout(t *testing.T, ns, name string) {
 		Operator: fleet.Operator, Release: "mysql-b", InstallNamespace: "mysql-system", Paused: true,
 		Waves: []v1alpha1.Wave{{Name: "canary", Clusters: []string{"member1"}}}}}
 	if err := suite.Hub(t).Create(t.Context(), ro); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// setPaused sets a Rollout's spec.paused with a merge patch: the controller writes the Rollout
+// too (its status, its finalizer), and an update from an earlier read would be refused as a
+// conflict (a CI run failed so, between this test's read and its write).
+func setPaused(t *testing.T, c client.Client, key client.ObjectKey, paused bool) {
+	t.Helper()
+	ro := &v1alpha1.Rollout{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+	p := client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"paused":%t}}`, paused)))
+	if err := c.Patch(t.Context(), ro, p); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -266,13 +280,7 @@ func TestControllerServesTheDashboardToUsersOfTheHub(t *testing.T) {
 		t.Errorf("the page holds the token")
 	}
 	// Live: the stream works with the cookie.
-	if err := suite.Hub(t).Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "shop"}, ro); err != nil {
-		t.Fatal(err)
-	}
-	ro.Spec.Paused = true
-	if err := suite.Hub(t).Update(t.Context(), ro); err != nil {
-		t.Fatal(err)
-	}
+	setPaused(t, suite.Hub(t), client.ObjectKey{Namespace: ns, Name: "shop"}, true)
 	waitJS(t, ctx, 20*time.Second, `document.querySelector('#rollout-paused')`, `document.querySelector('#rollout-head').innerText`)
 	screenshot(t, ctx, "dashboard-controller.png")
 }

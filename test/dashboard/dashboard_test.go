@@ -248,11 +248,7 @@ func TestRolloutWithAFailedGateLive(t *testing.T) {
 	restarted = true
 	waitJS(t, ctx, 60*time.Second, `document.querySelector('#hub-banner').hidden`, `document.querySelector('#hub-banner').outerHTML`)
 	// A change made after the hub came back reaches the page live.
-	ro := f.Rollout()
-	ro.Spec.Paused = false
-	if err := f.Hub().Update(t.Context(), ro); err != nil {
-		t.Fatal(err)
-	}
+	setPaused(t, f.Hub(), client.ObjectKey{Namespace: f.NS, Name: f.Name}, false)
 	waitJS(t, ctx, 30*time.Second, `!document.querySelector('#rollout-paused')`, `document.querySelector('#rollout-head').innerText`)
 	mark = eval[int](t, ctx, `window.__rewindMark`)
 	if mark != 7 {
