@@ -74,10 +74,8 @@ func runDoc(t *testing.T, root, binDir, testbedBin string, blocks []block) {
 	stateDir := filepath.Join(work, ".cache", "rewind", "testbed")
 	// Whatever the blocks leave running: the testbed, by its own record.
 	t.Cleanup(func() {
-		if _, err := os.Stat(filepath.Join(stateDir, testbed.StateFileName)); err == nil {
-			if _, err := testbed.StopState(stateDir); err != nil {
-				t.Errorf("stopping the testbed the document left: %v", err)
-			}
+		if err := testbed.StopIfRecorded(stateDir); err != nil {
+			t.Errorf("stopping the testbed the document left: %v", err)
 		}
 	})
 	var script strings.Builder
@@ -152,9 +150,7 @@ func runScript(ctx context.Context, work, stateDir, script string, env []string,
 			if p := pgid.Load(); p > 0 {
 				_ = syscall.Kill(-int(p), syscall.SIGKILL)
 			}
-			if _, err := os.Stat(filepath.Join(stateDir, testbed.StateFileName)); err == nil {
-				_, _ = testbed.StopState(stateDir)
-			}
+			_ = testbed.StopIfRecorded(stateDir)
 			os.Exit(128 + int(s.(syscall.Signal)))
 		case <-done:
 		}

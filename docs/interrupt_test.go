@@ -51,11 +51,7 @@ func TestAnInterruptedDocumentLeavesNoProcess(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), signalChildEnv+"="+dir, testbed.BinDirEnv+"="+filepath.Dir(bins.APIServer))
 	cmd.Stderr = os.Stderr
-	t.Cleanup(func() {
-		if _, err := os.Stat(filepath.Join(state, testbed.StateFileName)); err == nil {
-			_, _ = testbed.StopState(state)
-		}
-	})
+	t.Cleanup(func() { _ = testbed.StopIfRecorded(state) })
 	testenv.StartReady(t, cmd)
 	st, err := testbed.ReadState(state)
 	if err != nil {

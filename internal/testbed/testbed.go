@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/signal"
@@ -422,6 +423,15 @@ func (s *State) anyAlive() bool {
 		}
 	}
 	return false
+}
+
+// StopIfRecorded is StopState for a folder that may hold no testbed (a test's, whose blocks
+// or commands may not have started one): nothing recorded there is nothing to stop (nil).
+func StopIfRecorded(dir string) error {
+	if _, err := StopState(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
 }
 
 // StopState stops every process recorded in the state file of dir (etcd last) and removes

@@ -532,8 +532,8 @@ func (x *execution) event(typ, reason, format string, args ...any) {
 }
 
 // note records what a step reports besides its phase: in status.notes (each once, the first
-// MaxTargetNotes of the revision; the rest are dropped), and as an Event on the Rollout once the status write went
-// through. An agent records no Event (it may not write the Rollout's namespace): the hub
+// MaxTargetNotes of the revision; the rest are dropped), and as an Event on the Rollout once
+// the status write went through. An agent records no Event (it may not write the Rollout's namespace): the hub
 // records its notes when it relays the status (relayEvents), with the same reasons and notes.
 func (x *execution) note(typ, reason, format string, args ...any) {
 	n := v1alpha1.TargetNote{Type: typ, Reason: reason, Message: eventNote(fmt.Sprintf(format, args...))}

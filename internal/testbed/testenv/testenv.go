@@ -12,7 +12,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -94,11 +93,7 @@ func Namespace(t testing.TB, cfg *rest.Config) string {
 // --state-dir dir) when the test ends, and also when make test is interrupted (SIGINT,
 // SIGTERM: the package's testbed handler exits without running the test's cleanups).
 func StopStateOnInterrupt(t testing.TB, dir string) {
-	stop := func() {
-		if _, err := os.Stat(filepath.Join(dir, testbed.StateFileName)); err == nil {
-			_, _ = testbed.StopState(dir)
-		}
-	}
+	stop := func() { _ = testbed.StopIfRecorded(dir) }
 	remove := testbed.OnInterrupt(stop)
 	t.Cleanup(func() { remove(); stop() })
 }
