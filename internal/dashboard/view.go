@@ -37,6 +37,9 @@ func phaseOrPending(p string) string {
 type cellView struct {
 	ID, Cluster, Path, Phase, Step, Message, Snapshot, From, To, Waiting string
 	Attempt, Faults                                                      int32
+	// Notes are what the cluster's executor noted in this plan (status.notes): a pull
+	// member's agent reports them there, a push member's executor too.
+	Notes []v1alpha1.TargetNote
 }
 
 func cellID(cluster string) string { return "cell-" + cluster }
@@ -52,6 +55,7 @@ func targetCell(ro *v1alpha1.Rollout, t *v1alpha1.RolloutTarget) cellView {
 		Snapshot: t.Spec.Snapshot, Message: t.Spec.Reason, From: t.Spec.FromRelease, To: t.Spec.ToRelease}
 	if t.Status.Revision == t.Spec.Revision && t.Status.Path == t.Spec.Path {
 		c.Phase, c.Step, c.Message, c.Attempt, c.Faults, c.Waiting = phaseOrPending(t.Status.Phase), t.Status.Step, t.Status.Message, t.Status.Attempt, t.Status.Faults, t.Status.WaitingFor
+		c.Notes = t.Status.Notes
 		if t.Status.Snapshot != "" {
 			c.Snapshot = t.Status.Snapshot
 		}

@@ -60,23 +60,52 @@ func TestTargetCell(t *testing.T) {
 		status v1alpha1.RolloutTargetStatus
 		// phase, step and snapshot are what the cell shows.
 		phase, step, snapshot string
+		// notes is how many notes it shows.
+		notes int
 	}{
 		{"planned, not seen", v1alpha1.RolloutTargetSpec{Cluster: "m1", Revision: 2, Path: v1alpha1.PathUpgrade, Snapshot: "s2"},
-			v1alpha1.RolloutTargetStatus{Revision: 1, Path: v1alpha1.PathUpgrade, Phase: v1alpha1.ClusterSucceeded, Step: "Done", Snapshot: "s1"},
-			v1alpha1.ClusterPending, "", ""},
+			v1alpha1.RolloutTargetStatus{Revision: 1, Path: v1alpha1.PathUpgrade, Phase: v1alpha1.ClusterSucceeded, Step: "Done", Snapshot: "s1",
+				Notes: []v1alpha1.TargetNote{{Type: "Warning", Reason: "KeptSinceSnapshot", Message: "of the plan before"}}},
+			v1alpha1.ClusterPending, "", "", 0},
 		{"upgrading", v1alpha1.RolloutTargetSpec{Cluster: "m1", Revision: 2, Path: v1alpha1.PathUpgrade, Snapshot: "s2"},
 			v1alpha1.RolloutTargetStatus{Revision: 2, Path: v1alpha1.PathUpgrade, Phase: v1alpha1.ClusterUpgrading, Step: "HealthGate", Snapshot: "s2"},
-			v1alpha1.ClusterUpgrading, "HealthGate", "s2"},
+			v1alpha1.ClusterUpgrading, "HealthGate", "s2", 0},
 		{"restoring", v1alpha1.RolloutTargetSpec{Cluster: "m1", Revision: 3, Path: v1alpha1.PathRestore, Snapshot: "s2"},
-			v1alpha1.RolloutTargetStatus{Revision: 3, Path: v1alpha1.PathRestore, Phase: v1alpha1.ClusterRollingBack, Step: "Restore"},
-			v1alpha1.ClusterRollingBack, "Restore", "s2"},
+			v1alpha1.RolloutTargetStatus{Revision: 3, Path: v1alpha1.PathRestore, Phase: v1alpha1.ClusterRollingBack, Step: "Restore",
+				Notes: []v1alpha1.TargetNote{{Type: "Warning", Reason: "KeptSinceSnapshot", Message: "kept 1 object created since the snapshot"}}},
+			v1alpha1.ClusterRollingBack, "Restore", "s2", 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			c := targetCell(ro, &v1alpha1.RolloutTarget{Spec: tc.spec, Status: tc.status})
-			if c.Phase != tc.phase || c.Step != tc.step || c.Snapshot != tc.snapshot || c.ID != "cell-m1" {
-				t.Errorf("cell %+v, want phase %s step %q snapshot %q", c, tc.phase, tc.step, tc.snapshot)
+			if c.Phase != tc.phase || c.Step != tc.step || c.Snapshot != tc.snapshot || c.ID != "cell-m1" || len(c.Notes) != tc.notes {
+				t.Errorf("cell %+v, want phase %s step %q snapshot %q and %d notes", c, tc.phase, tc.step, tc.snapshot, tc.notes)
 			}
 		})
+	}
+}
+
+// TestCellShowsTheNotes renders a cluster's cell with the notes its executor recorded: each
+// note's reason and message, a warning marked as one, the text escaped.
+func TestCellShowsTheNotes(t *testing.T) {
+	p, err := loadPages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cellView{ID: "cell-m1", Cluster: "m1", Phase: v1alpha1.ClusterRolledBack, Notes: []v1alpha1.TargetNote{
+		{Type: "Warning", Reason: "KeptSinceSnapshot", Message: "kept MySQLCluster db/<new> created since the snapshot"},
+		{Type: "Normal", Reason: "MetricsApproved", Message: "error rate 0.1 <= 1"},
+	}}
+	html := p.fragment("cell", c)
+	for _, want := range []string{
+		`<div class="note note-warning" title="kept MySQLCluster db/&lt;new&gt; created since the snapshot">KeptSinceSnapshot: kept MySQLCluster db/&lt;new&gt; created since the snapshot</div>`,
+		`<div class="note note-normal" title="error rate 0.1 &lt;= 1">MetricsApproved: error rate 0.1 &lt;= 1</div>`,
+	} {
+		if !strings.Contains(html, want) {
+			t.Errorf("the cell does not show %s:\n%s", want, html)
+		}
+	}
+	if html := p.fragment("cell", cellView{ID: "cell-m2", Cluster: "m2"}); strings.Contains(html, "note") {
+		t.Errorf("a cell without notes shows one:\n%s", html)
 	}
 }
