@@ -24,8 +24,8 @@ TEST_TIMEOUT ?= 60m
 TEST_FLAGS ?=
 # The packages, longest first: go test starts them in this order (./... adds the rest, each
 # once), so the longest runs from the start beside the others instead of alone at the end
-# (in path order test/e2e, about 21 minutes, started last). See docs/development.md.
-TEST_PKGS ?= ./test/e2e/ ./test/faults/ ./test/pull/ ./internal/cli/ ./internal/restore/ ./...
+# (in path order test/e2e, about 12 minutes, started among the last). See docs/development.md.
+TEST_PKGS ?= ./test/e2e/ ./test/faults/ ./test/orchestration/ ./test/pull/ ./internal/cli/ ./internal/restore/ ./...
 # How gotestsum shows `make test`: testname prints a line per test as it ends, with its package
 # and time, and each package's total (a failure's output in full); pkgname-and-test-fails prints
 # a line per package only; standard-verbose is go test -v.

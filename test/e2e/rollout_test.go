@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -43,15 +42,7 @@ var (
 	newFleet     = suite.New
 	memberClient = fleet.MemberClient
 	rewind       = suite.Rewind
-	makeRelease  = suite.MakeRelease
 	metric       = fleet.Metric
-)
-
-// Release variants.
-const (
-	healthy      = fleet.Healthy
-	broken       = fleet.Broken
-	avoidsMarked = fleet.AvoidsMarked
 )
 
 // startManager runs a manager (crashing at a step where crashAt says) until the test ends.
@@ -69,15 +60,8 @@ func startManagerWith(t *testing.T, ns string, o controller.Options) (stop func(
 // operatorImage is a digest-pinned image for a release version.
 func operatorImage(version string) string { return testfixture.OperatorImage(version) }
 
-func waves2() []v1alpha1.Wave {
-	return []v1alpha1.Wave{
-		{Name: "canary", Clusters: []string{"member1"}, MaxConcurrency: 1},
-		{Name: "rest", Clusters: []string{"member2", "member3"}, MaxConcurrency: 2},
-	}
-}
-
 func TestWave1FailsRollsBackAndWave2NeverStarts(t *testing.T) {
-	f := newFleet(t, waves2())
+	f := newFleet(t, fleet.TwoWaves())
 	startManager(t, f.NS, nil)
 	f.WaitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
 	f.Populate()
@@ -114,7 +98,7 @@ func TestWave1FailsRollsBackAndWave2NeverStarts(t *testing.T) {
 }
 
 func TestUpgradeThenManualRollback(t *testing.T) {
-	f := newFleet(t, waves2())
+	f := newFleet(t, fleet.TwoWaves())
 	startManager(t, f.NS, nil)
 	f.WaitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
 	f.Populate()
@@ -156,14 +140,14 @@ func TestUpgradeThenManualRollback(t *testing.T) {
 }
 
 func TestWave2FailsRollsBackWave1Too(t *testing.T) {
-	f := newFleet(t, waves2())
+	f := newFleet(t, fleet.TwoWaves())
 	// A restore memory budget of one byte: the two restores take turns, the second woken
 	// when the first gives the memory back.
 	startManagerWith(t, f.NS, controller.Options{RestoreMemory: 1})
 	f.WaitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
 	f.Populate()
 	// member2's node is marked, so mysql-b-picky's operator never schedules there only.
-	markNode(t)
+	suite.MarkMember2(t)
 	f.SetRelease("mysql-b-picky", func(s *v1alpha1.RolloutSpec) {
 		s.HealthGates.Timeout = &metav1.Duration{Duration: 8 * time.Second}
 	})
@@ -332,7 +316,7 @@ func TestCrashAtEachStep(t *testing.T) {
 }
 
 func TestApprovalPauseAndResume(t *testing.T) {
-	waves := waves2()
+	waves := fleet.TwoWaves()
 	waves[1].RequireApproval = true
 	// Wave canary bakes: wave rest comes only after member1 checked its health at its end.
 	waves[0].BakeTime = &metav1.Duration{Duration: 3 * time.Second}
@@ -374,49 +358,6 @@ func TestApprovalPauseAndResume(t *testing.T) {
 	}
 }
 
-// markNode labels every node of member2 so mysql-b-picky's operator cannot be scheduled on
-// that member, until unmark is called or the test ends.
-func markNode(t *testing.T) (unmark func()) {
-	t.Helper()
-	m2 := memberClient(t, suite.Env.Members[1])
-	var nodes corev1.NodeList
-	if err := m2.List(t.Context(), &nodes); err != nil {
-		t.Fatal(err)
-	}
-	if len(nodes.Items) == 0 {
-		t.Fatal("member2 has no node to mark")
-	}
-	for i := range nodes.Items {
-		n := &nodes.Items[i]
-		orig := n.DeepCopy()
-		n.Labels["rewind.dev/broken"] = "true"
-		// A merge patch carries no resourceVersion: kwok's heartbeats cannot make it conflict.
-		if err := m2.Patch(t.Context(), n, client.MergeFrom(orig)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var once sync.Once
-	unmark = func() {
-		once.Do(func() {
-			var nodes corev1.NodeList
-			if err := m2.List(context.Background(), &nodes); err != nil {
-				t.Errorf("unmarking member2's nodes: %v", err)
-				return
-			}
-			for i := range nodes.Items {
-				n := &nodes.Items[i]
-				orig := n.DeepCopy()
-				delete(n.Labels, "rewind.dev/broken")
-				if err := m2.Patch(context.Background(), n, client.MergeFrom(orig)); err != nil {
-					t.Errorf("unmarking member2's node %s: %v", n.Name, err)
-				}
-			}
-		})
-	}
-	t.Cleanup(unmark)
-	return unmark
-}
-
 // TestFailurePolicies runs a wave-2 failure (member2 only) under the two policies that do
 // not roll everything back. Under Pause, wave 2 takes one cluster at a time, member2 first,
 // so member3 is still Pending when member2 fails. Under RollbackFailed, wave 2 takes both:
@@ -425,7 +366,7 @@ func markNode(t *testing.T) (unmark func()) {
 func TestFailurePolicies(t *testing.T) {
 	for _, policy := range []string{v1alpha1.FailurePolicyRollbackFailed, v1alpha1.FailurePolicyPause} {
 		t.Run(policy, func(t *testing.T) {
-			waves := waves2()
+			waves := fleet.TwoWaves()
 			waves[1].MaxConcurrency = 1
 			if policy == v1alpha1.FailurePolicyRollbackFailed {
 				waves[1].MaxConcurrency = 2
@@ -434,7 +375,7 @@ func TestFailurePolicies(t *testing.T) {
 			startManager(t, f.NS, nil)
 			f.WaitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
 			f.Populate()
-			markNode(t)
+			suite.MarkMember2(t)
 			clusterRollbacks := metric(t, "rewind_cluster_phase_transitions_total", map[string]string{"reason": "ClusterRollback"})
 			restores := metric(t, "rewind_restores_total", map[string]string{"namespace": f.NS})
 			f.SetRelease("mysql-b-picky", func(s *v1alpha1.RolloutSpec) {

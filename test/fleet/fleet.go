@@ -1,7 +1,8 @@
-// Package fleet is the world the end-to-end test packages (test/e2e, test/faults) run rewind
-// in: a Suite is a package's shared testbed with its hub set up once (rewind's CRDs and RBAC,
-// every member registered), and a Fleet is one test's hub namespace with the sample operator's
-// releases and a Rollout, cleaned off the members when the test ends.
+// Package fleet is the world the end-to-end test packages (test/e2e, test/orchestration,
+// test/faults, test/pull and others) run rewind in: a Suite is a package's shared testbed with
+// its hub set up once (rewind's CRDs and RBAC, every member registered), and a Fleet is one
+// test's hub namespace with the sample operator's releases and a Rollout, cleaned off the
+// members when the test ends.
 package fleet
 
 import (
@@ -604,4 +605,57 @@ func Metric(t testing.TB, name string, labels map[string]string) float64 {
 		}
 	}
 	return sum
+}
+
+// TwoWaves are the waves most tests roll out in: a canary (member1), then member2 and member3
+// together.
+func TwoWaves() []v1alpha1.Wave {
+	return []v1alpha1.Wave{
+		{Name: "canary", Clusters: []string{"member1"}, MaxConcurrency: 1},
+		{Name: "rest", Clusters: []string{"member2", "member3"}, MaxConcurrency: 2},
+	}
+}
+
+// MarkMember2 labels every node of member2 rewind.dev/broken=true, so a release of the
+// AvoidsMarked variant cannot be scheduled on that member, until unmark is called or the test
+// ends.
+func (s *Suite) MarkMember2(t *testing.T) (unmark func()) {
+	t.Helper()
+	m2 := MemberClient(t, s.Env.Members[1])
+	var nodes corev1.NodeList
+	if err := m2.List(t.Context(), &nodes); err != nil {
+		t.Fatal(err)
+	}
+	if len(nodes.Items) == 0 {
+		t.Fatal("member2 has no node to mark")
+	}
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		orig := n.DeepCopy()
+		n.Labels["rewind.dev/broken"] = "true"
+		// A merge patch carries no resourceVersion: kwok's heartbeats cannot make it conflict.
+		if err := m2.Patch(t.Context(), n, client.MergeFrom(orig)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var once sync.Once
+	unmark = func() {
+		once.Do(func() {
+			var nodes corev1.NodeList
+			if err := m2.List(context.Background(), &nodes); err != nil {
+				t.Errorf("unmarking member2's nodes: %v", err)
+				return
+			}
+			for i := range nodes.Items {
+				n := &nodes.Items[i]
+				orig := n.DeepCopy()
+				delete(n.Labels, "rewind.dev/broken")
+				if err := m2.Patch(context.Background(), n, client.MergeFrom(orig)); err != nil {
+					t.Errorf("unmarking member2's node %s: %v", n.Name, err)
+				}
+			}
+		})
+	}
+	t.Cleanup(unmark)
+	return unmark
 }

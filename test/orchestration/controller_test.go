@@ -1,6 +1,6 @@
 //go:build !unit
 
-package e2e
+package orchestration
 
 import (
 	"bytes"
@@ -28,12 +28,13 @@ import (
 	"github.com/rewind-dev/rewind/internal/snapshot"
 	"github.com/rewind-dev/rewind/internal/testbed/testenv"
 	"github.com/rewind-dev/rewind/internal/testfixture"
+	"github.com/rewind-dev/rewind/test/fleet"
 )
 
 // A CEL health check that does not compile stops the rollout before any cluster changes,
 // naming the expression; once fixed, the rollout goes on and Stalled is cleared.
 func TestBadCELStallsBeforeAnyChange(t *testing.T) {
-	f := newFleet(t, waves2())
+	f := newFleet(t, fleet.TwoWaves())
 	f.SetRelease("mysql-a", func(s *v1alpha1.RolloutSpec) {
 		s.HealthGates.CEL = []v1alpha1.CELCheck{{Kind: "MySQLCluster", Expression: "self.status.(ready"}}
 	})
@@ -121,7 +122,7 @@ func TestLabellingAMemberStartsARolloutStalledOnItsWaves(t *testing.T) {
 
 // An approval belongs to one revision: the next release waits for its own.
 func TestApprovalsBelongToOneRevision(t *testing.T) {
-	waves := waves2()
+	waves := fleet.TwoWaves()
 	waves[1].RequireApproval = true
 	f := newFleet(t, waves)
 	startManager(t, f.NS, nil)
@@ -308,7 +309,7 @@ func TestWaveClustersRunInParallel(t *testing.T) {
 	f.Populate()
 	// member2's nodes are marked: mysql-b-picky's operator stays Pending there, so member2
 	// waits at its health gate while member1 and member3 finish.
-	unmark := markNode(t)
+	unmark := suite.MarkMember2(t)
 	f.SetRelease("mysql-b-picky", func(s *v1alpha1.RolloutSpec) {
 		s.HealthGates.Timeout = &metav1.Duration{Duration: 2 * time.Minute}
 		s.FailurePolicy = v1alpha1.FailurePolicyPause

@@ -1,6 +1,6 @@
 //go:build !unit
 
-package e2e
+package orchestration
 
 import (
 	"context"
@@ -140,7 +140,7 @@ func toLua(L *lua.LState, v any) lua.LValue {
 // (it does not write spec, so nothing is there to fight), and `kubectl get`, kstatus (Flux)
 // and the Argo CD health check must all say clearly that it failed.
 func TestGitOpsToolNeverFightsAnAutomaticRollback(t *testing.T) {
-	f := newFleet(t, waves2())
+	f := newFleet(t, fleet.TwoWaves())
 	startManager(t, f.NS, nil)
 	g := &gitops{release: "mysql-a"}
 	ctx, cancel := context.WithCancel(t.Context())

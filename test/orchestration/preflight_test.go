@@ -1,6 +1,6 @@
 //go:build !unit
 
-package e2e
+package orchestration
 
 import (
 	"crypto/tls"
@@ -37,7 +37,7 @@ import (
 // objects and the field in the Preflight and Stalled conditions; ignoring the checks lets the
 // release go on, with the findings recorded.
 func TestPreflightEnforceStopsBeforeAnyChange(t *testing.T) {
-	f := newFleet(t, waves2())
+	f := newFleet(t, fleet.TwoWaves())
 	startManager(t, f.NS, nil)
 	f.WaitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
 	f.Populate() // replicas 1..5 on every member
@@ -170,7 +170,7 @@ func assertSameState(t *testing.T, when string, before, after map[string]string)
 // the dry run is turned off Enforce stops the revision; through all of it no object on any
 // member changes.
 func TestPreflightEnumNarrowedDryRunThenEnforce(t *testing.T) {
-	f := newFleet(t, waves2())
+	f := newFleet(t, fleet.TwoWaves())
 	startManager(t, f.NS, nil)
 	f.WaitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
 	f.Populate() // spec.version 8.0.30 .. 8.0.35 on every member (db-00000 .. db-00005)
@@ -295,7 +295,7 @@ func TestPreflightConversionWebhookDropsAFieldOnTheWayBack(t *testing.T) {
 	// its webhook still answers.
 	t.Cleanup(srv.Close)
 
-	f := newFleet(t, waves2())
+	f := newFleet(t, fleet.TwoWaves())
 	startManager(t, f.NS, nil)
 	f.WaitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
 	f.Populate()
