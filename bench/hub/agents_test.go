@@ -5,6 +5,7 @@ package hub
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,15 +17,21 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
+	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/transport"
+	"k8s.io/client-go/util/flowcontrol"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/agent"
 	"github.com/rewind-dev/rewind/internal/controller/target"
 	"github.com/rewind-dev/rewind/internal/fault"
+	"github.com/rewind-dev/rewind/internal/join"
 	"github.com/rewind-dev/rewind/internal/restore"
 	"github.com/rewind-dev/rewind/internal/snapshot"
 	"github.com/rewind-dev/rewind/internal/testbed/testenv"
@@ -59,7 +66,11 @@ var restorePoints = []string{restore.StepQuiesce, restore.StepCRDs, restore.Step
 // reconciler would, writing the same journal (phase, step, snapshot, restoreSteps, times,
 // observedGeneration), only when it changes, with simulated step durations.
 type agents struct {
-	c         client.Client
+	// as holds each member's client: the agent's own identity (its ServiceAccount in its hub
+	// namespace, impersonated over one connection), so the hub's API server authorizes,
+	// classifies (priority and fairness: one flow per agent) and counts each agent as it would
+	// the real one; all share one rate limiter, the stand-in's QPS.
+	as        map[string]client.Client
 	cache     cache.Cache
 	members   []string
 	heartbeat time.Duration
@@ -91,7 +102,7 @@ func newAgents(ctx context.Context, hub *rest.Config, qps float32, members []str
 	cfg := rest.CopyConfig(hub)
 	cfg.QPS, cfg.Burst = qps, int(2*qps)
 	cfg.UserAgent = "rewind-bench-agents"
-	c, err := client.New(cfg, client.Options{Scheme: testenv.HubScheme})
+	as, err := agentClients(cfg, members)
 	if err != nil {
 		return nil, err
 	}
@@ -106,7 +117,7 @@ func newAgents(ctx context.Context, hub *rest.Config, qps float32, members []str
 	if err != nil {
 		return nil, err
 	}
-	a := &agents{c: c, cache: ca, members: members, heartbeat: hb, d: d, running: map[string]runKey{}, leases: map[string]*agent.Heartbeat{}, cancel: map[string]context.CancelFunc{},
+	a := &agents{as: as, cache: ca, members: members, heartbeat: hb, d: d, running: map[string]runKey{}, leases: map[string]*agent.Heartbeat{}, cancel: map[string]context.CancelFunc{},
 		toldRestore: map[int32]map[string]time.Time{}}
 	inf, err := ca.GetInformer(ctx, &v1alpha1.RolloutTarget{})
 	if err != nil {
@@ -125,17 +136,48 @@ func newAgents(ctx context.Context, hub *rest.Config, qps float32, members []str
 	return a, nil
 }
 
+// agentClients returns a client per member that acts as its agent's ServiceAccount
+// (join.Objects grants it): cfg's connection and credentials (an admin's, allowed to
+// impersonate) with the agent's user and groups, over one transport, one rate limiter and one
+// REST mapper for all.
+func agentClients(cfg *rest.Config, members []string) (map[string]client.Client, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	mapper, err := apiutil.NewDynamicRESTMapper(cfg, hc)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]client.Client, len(members))
+	for _, m := range members {
+		ns := v1alpha1.MemberNamespace(m)
+		rt := transport.NewImpersonatingRoundTripper(transport.ImpersonationConfig{
+			UserName: serviceaccount.MakeUsername(ns, join.AgentServiceAccount),
+			Groups:   []string{serviceaccount.AllServiceAccountsGroup, serviceaccount.MakeNamespaceGroupName(ns), user.AllAuthenticated},
+		}, hc.Transport)
+		c, err := client.New(cfg, client.Options{Scheme: testenv.HubScheme, HTTPClient: &http.Client{Transport: rt, Timeout: hc.Timeout}, Mapper: mapper})
+		if err != nil {
+			return nil, err
+		}
+		out[m] = c
+	}
+	return out, nil
+}
+
 // join does what each agent does when it starts: records its cluster's ID in its
 // MemberCluster's status and creates its Lease.
 func (a *agents) join(ctx context.Context) error {
 	return parallel(ctx, a.members, 32, func(ctx context.Context, m string) error {
 		mc := &v1alpha1.MemberCluster{}
-		if err := a.c.Get(ctx, client.ObjectKey{Name: m}, mc); err != nil {
+		if err := a.as[m].Get(ctx, client.ObjectKey{Name: m}, mc); err != nil {
 			return err
 		}
 		base := mc.DeepCopy()
 		mc.Status.ClusterID, mc.Status.ServerVersion = "sim-"+m, "v1.34.0-sim"
-		if err := a.c.Status().Patch(ctx, mc, client.MergeFrom(base)); err != nil {
+		if err := a.as[m].Status().Patch(ctx, mc, client.MergeFrom(base)); err != nil {
 			return err
 		}
 		return a.renew(ctx, m)
@@ -152,7 +194,7 @@ func (a *agents) renew(ctx context.Context, m string) error {
 		a.leases[m] = h
 	}
 	a.mu.Unlock()
-	err := h.Renew(ctx, a.c, time.Now())
+	err := h.Renew(ctx, a.as[m], time.Now())
 	if err == nil {
 		a.leaseRenewals.Add(1)
 	}
@@ -310,7 +352,8 @@ func (a *agents) snapshot(ctx context.Context, t *v1alpha1.RolloutTarget) (strin
 		v1alpha1.LabelRollout: t.Spec.Rollout, v1alpha1.LabelRevision: fmt.Sprint(t.Spec.Revision),
 	}}, Spec: v1alpha1.SnapshotSpec{Cluster: t.Spec.Cluster, Operator: t.Spec.Operator, Release: t.Spec.FromRelease,
 		Reason: fmt.Sprintf("before rollout %s/%s installs %s", src, t.Spec.Rollout, t.Spec.ToRelease), Rollout: src + "/" + t.Spec.Rollout}}
-	err := retry(ctx, func() error { return a.c.Create(ctx, snap) })
+	c := a.as[t.Spec.Cluster]
+	err := retry(ctx, func() error { return c.Create(ctx, snap) })
 	if apierrors.IsAlreadyExists(err) {
 		return name, nil
 	}
@@ -323,7 +366,7 @@ func (a *agents) snapshot(ctx context.Context, t *v1alpha1.RolloutTarget) (strin
 	snap.Status = v1alpha1.SnapshotStatus{Location: "secrets://" + t.Namespace + "#" + name, CapturedAt: &now, ClusterID: "sim-" + t.Spec.Cluster, Bytes: 64 << 10}
 	meta.SetStatusCondition(&snap.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue,
 		Reason: v1alpha1.ReasonStored, Message: "simulated capture"})
-	if err := retry(ctx, func() error { return a.c.Status().Patch(ctx, snap, client.MergeFrom(base)) }); err != nil {
+	if err := retry(ctx, func() error { return c.Status().Patch(ctx, snap, client.MergeFrom(base)) }); err != nil {
 		a.writeErrors.Add(1)
 		return "", err
 	}
@@ -338,7 +381,8 @@ func (a *agents) write(ctx context.Context, t *v1alpha1.RolloutTarget, st *v1alp
 	}
 	base := t.DeepCopy()
 	t.Status = *st.DeepCopy()
-	err := retry(ctx, func() error { return a.c.Status().Patch(ctx, t, client.MergeFrom(base)) })
+	c := a.as[t.Spec.Cluster]
+	err := retry(ctx, func() error { return c.Status().Patch(ctx, t, client.MergeFrom(base)) })
 	if err != nil {
 		if ctx.Err() == nil {
 			a.writeErrors.Add(1)

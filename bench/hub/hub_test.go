@@ -43,9 +43,13 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
+	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -53,6 +57,7 @@ import (
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/agent"
 	"github.com/rewind-dev/rewind/internal/controller/target"
+	"github.com/rewind-dev/rewind/internal/join"
 	"github.com/rewind-dev/rewind/internal/testbed"
 	"github.com/rewind-dev/rewind/internal/testbed/testenv"
 	"github.com/rewind-dev/rewind/internal/testfixture"
@@ -98,7 +103,8 @@ func TestMain(m *testing.M) {
 	if f := flag.Lookup("test.bench"); f == nil || f.Value.String() == "" {
 		os.Exit(m.Run())
 	}
-	testenv.Main(m, testbed.Options{Members: 0, Profiling: profileDir != ""}, &env)
+	// The hub's API server runs as a cluster's does by default: priority and fairness on.
+	testenv.Main(m, testbed.Options{Members: 0, Profiling: profileDir != "", HubPriorityAndFairness: true}, &env)
 }
 
 // waveSizes splits n clusters into waves of 1, ~10% and the rest (1, 99, 900 for 1,000).
@@ -143,15 +149,16 @@ func BenchmarkHub(b *testing.B) {
 		}
 		return 3
 	}
-	// The members as `rewind clusters join` leaves them for the controller: a MemberCluster in
-	// mode Pull and its hub namespace (the agent's ServiceAccount, RBAC and token there are
-	// read by the API server's authentication, not by the controller).
+	// The members as `rewind clusters join` leaves them: a MemberCluster in mode Pull and its
+	// hub namespace with the agent's ServiceAccount and RBAC, and the controller's RoleBinding
+	// (join.Objects). The stand-in acts as each agent's ServiceAccount.
 	start := time.Now()
 	err := parallel(ctx, names, 32, func(ctx context.Context, m string) error {
 		i, _ := strconv.Atoi(m[1:])
-		nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.MemberNamespace(m), Labels: map[string]string{v1alpha1.LabelCluster: m}}}
-		if err := admin.Create(ctx, nsObj); client.IgnoreAlreadyExists(err) != nil {
-			return err
+		for _, o := range join.Objects(m) {
+			if err := admin.Create(ctx, o); client.IgnoreAlreadyExists(err) != nil {
+				return err
+			}
 		}
 		mc := &v1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: m, Labels: map[string]string{"wave": strconv.Itoa(waveOf(i - 1))}},
 			Spec: v1alpha1.MemberClusterSpec{Mode: v1alpha1.ModePull, BoundNamespaces: []string{ns}}}
@@ -176,7 +183,15 @@ func BenchmarkHub(b *testing.B) {
 	}
 	fmt.Printf("setup: %d members joined in %s\n", members, time.Since(start).Round(time.Second))
 
-	p := startController(b)
+	// The controller runs as it does in a hub: its own ServiceAccount with the shipped RBAC.
+	ctrlCfg := testenv.ControllerConfig(b, env.Hub, ns)
+	agentCfg := rest.CopyConfig(env.Hub.RESTConfig())
+	agentCfg.Impersonate = rest.ImpersonationConfig{UserName: serviceaccount.MakeUsername(v1alpha1.MemberNamespace(names[0]), join.AgentServiceAccount),
+		Groups: []string{serviceaccount.AllServiceAccountsGroup, serviceaccount.MakeNamespaceGroupName(v1alpha1.MemberNamespace(names[0])), user.AllAuthenticated}}
+	fmt.Printf("priority and fairness: the controller's requests go to %s, an agent's to %s\n",
+		classify(b, ctrlCfg, "/apis/rewind.dev/v1alpha1/namespaces/"+ns+"/rollouts"),
+		classify(b, agentCfg, "/apis/rewind.dev/v1alpha1/namespaces/"+v1alpha1.MemberNamespace(names[0])+"/rollouttargets"))
+	p := startController(b, testenv.KubeconfigFile(b, ctrlCfg))
 	w, err := watchTargets(ctx, ns)
 	if err != nil {
 		b.Fatal(err)
@@ -544,7 +559,57 @@ func freePort(b *testing.B) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-func startController(b *testing.B) *controllerProcess {
+// classify makes one request (GET path) as cfg and returns the FlowSchema and priority level
+// the hub's API server put it in (the X-Kubernetes-PF-* response headers, by UID).
+func classify(b *testing.B, cfg *rest.Config, path string) string {
+	b.Helper()
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	// A 429 while the API server sets up its priority levels after it starts is not a verdict.
+	var resp *http.Response
+	err = wait.PollUntilContextTimeout(b.Context(), 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		r, err := hc.Get(cfg.Host + path)
+		if err != nil {
+			return false, err
+		}
+		_ = r.Body.Close()
+		resp = r
+		return r.StatusCode != http.StatusTooManyRequests, nil
+	})
+	if err != nil || resp.StatusCode != http.StatusOK {
+		b.Fatalf("GET %s: %v %v", path, err, resp.Status)
+	}
+	fsUID, plUID := resp.Header.Get("X-Kubernetes-PF-FlowSchema-UID"), resp.Header.Get("X-Kubernetes-PF-PriorityLevel-UID")
+	admin := testenv.HubClient(b, env.Hub.RESTConfig())
+	var fss flowcontrolv1.FlowSchemaList
+	var pls flowcontrolv1.PriorityLevelConfigurationList
+	if err := admin.List(b.Context(), &fss); err != nil {
+		b.Fatal(err)
+	}
+	if err := admin.List(b.Context(), &pls); err != nil {
+		b.Fatal(err)
+	}
+	name := func(uid string, objs []metav1.ObjectMeta) string {
+		for _, o := range objs {
+			if string(o.UID) == uid {
+				return o.Name
+			}
+		}
+		return "? (" + uid + ")"
+	}
+	var fsMeta, plMeta []metav1.ObjectMeta
+	for _, f := range fss.Items {
+		fsMeta = append(fsMeta, f.ObjectMeta)
+	}
+	for _, p := range pls.Items {
+		plMeta = append(plMeta, p.ObjectMeta)
+	}
+	return fmt.Sprintf("priority level %s (FlowSchema %s)", name(plUID, plMeta), name(fsUID, fsMeta))
+}
+
+func startController(b *testing.B, kubeconfig string) *controllerProcess {
 	b.Helper()
 	bin := filepath.Join(b.TempDir(), "rewind-controller")
 	build := exec.Command("go", "build", "-trimpath", "-tags", "disable_grpc_modules", "-ldflags", "-s -w", "-o", bin, "github.com/rewind-dev/rewind/cmd/rewind-controller")
@@ -554,7 +619,7 @@ func startController(b *testing.B) *controllerProcess {
 	}
 	port := freePort(b)
 	p := &controllerProcess{metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", port), stop: make(chan struct{}), done: make(chan struct{})}
-	args := []string{"--kubeconfig", env.Hub.Kubeconfig,
+	args := []string{"--kubeconfig", kubeconfig,
 		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", port), "--health-probe-bind-address", "0", "--metrics-secure=false"}
 	if profileDir != "" {
 		pp := freePort(b)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -131,6 +132,12 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 		// that is 30 scans a minute for nothing.
 		"--etcd-count-metric-poll-period=0",
 		"--etcd-db-metric-poll-interval=0",
+	}
+	if c.Name == HubName && t.opts.HubPriorityAndFairness {
+		c.apiArgs = slices.DeleteFunc(c.apiArgs, func(a string) bool {
+			return strings.HasPrefix(a, "--enable-priority-and-fairness=") || strings.HasPrefix(a, "--max-requests-inflight=") ||
+				strings.HasPrefix(a, "--max-mutating-requests-inflight=") || strings.HasPrefix(a, "--etcd-count-metric-poll-period=")
+		})
 	}
 	if err := c.writeKubeconfig(); err != nil {
 		return err

@@ -74,6 +74,12 @@ type Options struct {
 	ProxyCommand []string
 	// HubWorkloads runs them in the hub too (default: members only).
 	HubWorkloads bool
+	// HubPriorityAndFairness runs the hub's API server as a cluster's runs by default: API
+	// Priority and Fairness on, with the default concurrency limits (400 requests, 200 of them
+	// mutating), so requests queue by FlowSchema and priority level when the server is busy.
+	// Off (tests), every API server serves without fairness and up to 1,000/500 requests at
+	// once: a queue would only slow the tests.
+	HubPriorityAndFairness bool
 	// BinDir holds the binaries; empty means FindBinaries().
 	BinDir string
 	// StateDir receives kubeconfigs, logs, keys and the state file; empty means a new
