@@ -153,11 +153,8 @@ func agentClients(cfg *rest.Config, members []string) (map[string]client.Client,
 	}
 	out := make(map[string]client.Client, len(members))
 	for _, m := range members {
-		ns := v1alpha1.MemberNamespace(m)
-		rt := transport.NewImpersonatingRoundTripper(transport.ImpersonationConfig{
-			UserName: serviceaccount.MakeUsername(ns, join.AgentServiceAccount),
-			Groups:   []string{serviceaccount.AllServiceAccountsGroup, serviceaccount.MakeNamespaceGroupName(ns), user.AllAuthenticated},
-		}, hc.Transport)
+		id := agentIdentity(m)
+		rt := transport.NewImpersonatingRoundTripper(transport.ImpersonationConfig{UserName: id.UserName, Groups: id.Groups}, hc.Transport)
 		c, err := client.New(cfg, client.Options{Scheme: testenv.HubScheme, HTTPClient: &http.Client{Transport: rt, Timeout: hc.Timeout}, Mapper: mapper})
 		if err != nil {
 			return nil, err
@@ -165,6 +162,14 @@ func agentClients(cfg *rest.Config, members []string) (map[string]client.Client,
 		out[m] = c
 	}
 	return out, nil
+}
+
+// agentIdentity is who member m's agent is to the hub: its ServiceAccount in its hub namespace,
+// with the groups the API server gives a ServiceAccount token.
+func agentIdentity(m string) rest.ImpersonationConfig {
+	ns := v1alpha1.MemberNamespace(m)
+	return rest.ImpersonationConfig{UserName: serviceaccount.MakeUsername(ns, join.AgentServiceAccount),
+		Groups: []string{serviceaccount.AllServiceAccountsGroup, serviceaccount.MakeNamespaceGroupName(ns), user.AllAuthenticated}}
 }
 
 // join does what each agent does when it starts: records its cluster's ID in its

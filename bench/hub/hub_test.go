@@ -46,8 +46,6 @@ import (
 	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/apiserver/pkg/authentication/serviceaccount"
-	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -186,8 +184,7 @@ func BenchmarkHub(b *testing.B) {
 	// The controller runs as it does in a hub: its own ServiceAccount with the shipped RBAC.
 	ctrlCfg := testenv.ControllerConfig(b, env.Hub, ns)
 	agentCfg := rest.CopyConfig(env.Hub.RESTConfig())
-	agentCfg.Impersonate = rest.ImpersonationConfig{UserName: serviceaccount.MakeUsername(v1alpha1.MemberNamespace(names[0]), join.AgentServiceAccount),
-		Groups: []string{serviceaccount.AllServiceAccountsGroup, serviceaccount.MakeNamespaceGroupName(v1alpha1.MemberNamespace(names[0])), user.AllAuthenticated}}
+	agentCfg.Impersonate = agentIdentity(names[0])
 	fmt.Printf("priority and fairness: the controller's requests go to %s, an agent's to %s\n",
 		classify(b, ctrlCfg, "/apis/rewind.dev/v1alpha1/namespaces/"+ns+"/rollouts"),
 		classify(b, agentCfg, "/apis/rewind.dev/v1alpha1/namespaces/"+v1alpha1.MemberNamespace(names[0])+"/rollouttargets"))
@@ -559,29 +556,14 @@ func freePort(b *testing.B) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// classify makes one request (GET path) as cfg and returns the FlowSchema and priority level
-// the hub's API server put it in (the X-Kubernetes-PF-* response headers, by UID).
+// classify makes one request (GET path) as cfg and names the FlowSchema and priority level the
+// hub's API server put it in.
 func classify(b *testing.B, cfg *rest.Config, path string) string {
 	b.Helper()
-	hc, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		b.Fatal(err)
+	fsUID, plUID, status := testenv.PriorityOf(b, cfg, path)
+	if status != http.StatusOK {
+		b.Fatalf("GET %s: status %d", path, status)
 	}
-	// A 429 while the API server sets up its priority levels after it starts is not a verdict.
-	var resp *http.Response
-	err = wait.PollUntilContextTimeout(b.Context(), 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		r, err := hc.Get(cfg.Host + path)
-		if err != nil {
-			return false, err
-		}
-		_ = r.Body.Close()
-		resp = r
-		return r.StatusCode != http.StatusTooManyRequests, nil
-	})
-	if err != nil || resp.StatusCode != http.StatusOK {
-		b.Fatalf("GET %s: %v %v", path, err, resp.Status)
-	}
-	fsUID, plUID := resp.Header.Get("X-Kubernetes-PF-FlowSchema-UID"), resp.Header.Get("X-Kubernetes-PF-PriorityLevel-UID")
 	admin := testenv.HubClient(b, env.Hub.RESTConfig())
 	var fss flowcontrolv1.FlowSchemaList
 	var pls flowcontrolv1.PriorityLevelConfigurationList
@@ -591,22 +573,14 @@ func classify(b *testing.B, cfg *rest.Config, path string) string {
 	if err := admin.List(b.Context(), &pls); err != nil {
 		b.Fatal(err)
 	}
-	name := func(uid string, objs []metav1.ObjectMeta) string {
-		for _, o := range objs {
-			if string(o.UID) == uid {
-				return o.Name
-			}
-		}
-		return "? (" + uid + ")"
-	}
-	var fsMeta, plMeta []metav1.ObjectMeta
+	names := map[string]string{}
 	for _, f := range fss.Items {
-		fsMeta = append(fsMeta, f.ObjectMeta)
+		names[string(f.UID)] = f.Name
 	}
 	for _, p := range pls.Items {
-		plMeta = append(plMeta, p.ObjectMeta)
+		names[string(p.UID)] = p.Name
 	}
-	return fmt.Sprintf("priority level %s (FlowSchema %s)", name(plUID, plMeta), name(fsUID, fsMeta))
+	return fmt.Sprintf("priority level %s (FlowSchema %s)", names[plUID], names[fsUID])
 }
 
 func startController(b *testing.B, kubeconfig string) *controllerProcess {

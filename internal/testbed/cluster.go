@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -120,24 +119,19 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 		"--disable-admission-plugins=ServiceAccount",
 		"--allow-privileged=true",
 		"--endpoint-reconciler-type=none",
-		"--enable-priority-and-fairness=false",
 		fmt.Sprintf("--profiling=%t", t.opts.Profiling),
-		"--max-requests-inflight=1000",
-		"--max-mutating-requests-inflight=500",
 		// Webhook Services resolve through their EndpointSlices, not their ClusterIP (there is no
 		// kube-proxy): the sample operator's runner publishes its conversion webhook that way.
 		"--enable-aggregator-routing=true",
-		// No periodic counting of every resource type in etcd (a metric only, and only an
-		// input of priority and fairness, which is off): with 30 members sharing one etcd
-		// that is 30 scans a minute for nothing.
-		"--etcd-count-metric-poll-period=0",
 		"--etcd-db-metric-poll-interval=0",
 	}
-	if c.Name == HubName && t.opts.HubPriorityAndFairness {
-		c.apiArgs = slices.DeleteFunc(c.apiArgs, func(a string) bool {
-			return strings.HasPrefix(a, "--enable-priority-and-fairness=") || strings.HasPrefix(a, "--max-requests-inflight=") ||
-				strings.HasPrefix(a, "--max-mutating-requests-inflight=") || strings.HasPrefix(a, "--etcd-count-metric-poll-period=")
-		})
+	if c.Name != HubName || !t.opts.HubPriorityAndFairness {
+		// No queueing by priority level, more requests at once, and no periodic counting of
+		// every resource type in etcd (a metric only, and only an input of priority and
+		// fairness): with 30 members sharing one etcd that is 30 scans a minute for nothing.
+		// With Options.HubPriorityAndFairness the hub keeps the API server's defaults.
+		c.apiArgs = append(c.apiArgs, "--enable-priority-and-fairness=false",
+			"--max-requests-inflight=1000", "--max-mutating-requests-inflight=500", "--etcd-count-metric-poll-period=0")
 	}
 	if err := c.writeKubeconfig(); err != nil {
 		return err
