@@ -126,7 +126,9 @@ type RolloutTargetStatus struct {
 	// snapshot is the snapshot taken before the change (Upgrade) or restored (Restore).
 	// +optional
 	Snapshot string `json:"snapshot,omitempty"`
-	// restoreSteps are the restore steps completed (the restore's own journal).
+	// restoreSteps are the restore steps completed (the restore's own journal). A pull
+	// member's agent journals them in its member and reports them with the copy's next status
+	// write (the restore's next step, a fault or its end).
 	// +optional
 	// +listType=atomic
 	RestoreSteps []string `json:"restoreSteps,omitempty"`

@@ -57,14 +57,16 @@ func (d durations) restorePath() time.Duration {
 	return d.restore + d.step[target.StepApplyRelease] + d.step[target.StepHealthGate] + d.step[target.StepRecord]
 }
 
-// restorePoints are the inner points a restore journals in status.restoreSteps, in order.
+// restorePoints are the inner points a restore journals, in order: the agent in its member,
+// reported in status.restoreSteps with the copy's next write.
 var restorePoints = []string{restore.StepQuiesce, restore.StepCRDs, restore.StepCRs, restore.StepAssociated, restore.StepCreatedSince, restore.StepResume}
 
 // agents stands in for the agents of every pull member, in this one process with its own
 // client of the hub (its QPS budget): it renews each member's Lease on the agent's interval
 // and runs each copy of a target the hub relays to a member's namespace as the agent's
 // reconciler would, writing the same journal (phase, step, snapshot, restoreSteps, times,
-// observedGeneration), only when it changes, with simulated step durations.
+// observedGeneration), only when it changes, with simulated step durations (a restore's inner
+// points go to the agent's member, not to the hub: carried with its next write).
 type agents struct {
 	// as holds each member's client: the agent's own identity (its ServiceAccount in its hub
 	// namespace, impersonated over one connection), so the hub's API server authorizes,
@@ -299,14 +301,13 @@ func (a *agents) run(ctx context.Context, t *v1alpha1.RolloutTarget) {
 			}
 			st.Snapshot = name
 		case target.StepRestore:
+			// The agent journals each point in its member (target.MemberJournalName), not
+			// on the hub: they reach the hub with the copy's next write.
 			for _, p := range restorePoints {
 				if !sleep(ctx, a.d.restore/time.Duration(len(restorePoints))) {
 					return
 				}
 				st.RestoreSteps = append(st.RestoreSteps, p)
-				if !a.write(ctx, t, st) {
-					return
-				}
 			}
 		case target.StepHealthGate:
 			if !sleep(ctx, a.d.step[st.Step]) {

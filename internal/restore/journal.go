@@ -42,7 +42,14 @@ type ConfigMapJournal struct {
 	Client    client.Client
 	Namespace string
 	Name      string
+	// Key, when set, says whose journal it is (a pull member's agent keys it with the target
+	// copy, its revision and its path): a ConfigMap that holds the steps of another key is an
+	// earlier restore's journal, read as empty and started over by the first step completed.
+	Key string
 }
+
+// keyData is the ConfigMap's entry that holds the journal's Key.
+const keyData = "key"
 
 // NewConfigMapJournal returns the journal of restoring snapshot to a member.
 func NewConfigMapJournal(c client.Client, snapshot string) *ConfigMapJournal {
@@ -65,10 +72,27 @@ func (j *ConfigMapJournal) Completed(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the restore journal %s/%s: %w", j.Namespace, j.Name, err)
 	}
-	if s := cm.Data["completed"]; s != "" {
-		return strings.Split(s, ","), nil
+	return j.steps(cm), nil
+}
+
+// steps are the steps cm holds for this journal's key.
+func (j *ConfigMapJournal) steps(cm *corev1.ConfigMap) []string {
+	if cm.Data[keyData] != j.Key {
+		return nil // another restore's
 	}
-	return nil, nil
+	if s := cm.Data["completed"]; s != "" {
+		return strings.Split(s, ",")
+	}
+	return nil
+}
+
+// data is the ConfigMap's content for steps.
+func (j *ConfigMapJournal) data(steps []string) map[string]string {
+	d := map[string]string{"completed": strings.Join(steps, ",")}
+	if j.Key != "" {
+		d[keyData] = j.Key
+	}
+	return d
 }
 
 // Complete records a completed step (once: a step on record already is not added again). A
@@ -99,21 +123,18 @@ func (j *ConfigMapJournal) complete(ctx context.Context, step string) error {
 		}
 		cm = &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Namespace: j.Namespace, Name: j.Name, Labels: map[string]string{"app.kubernetes.io/managed-by": "rewind"}},
-			Data:       map[string]string{"completed": step},
+			Data:       j.data([]string{step}),
 		}
 		return fault.Retry(ctx, tries, func() error { return j.Client.Create(ctx, cm) })
 	}
 	if err != nil {
 		return err
 	}
-	var done []string
-	if s := cm.Data["completed"]; s != "" {
-		done = strings.Split(s, ",")
-	}
+	done := j.steps(cm)
 	if slices.Contains(done, step) {
 		return nil
 	}
-	cm.Data = map[string]string{"completed": strings.Join(append(done, step), ",")}
+	cm.Data = j.data(append(done, step))
 	return fault.Retry(ctx, tries, func() error { return j.Client.Update(ctx, cm) })
 }
 

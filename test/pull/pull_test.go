@@ -18,7 +18,10 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,6 +29,8 @@ import (
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/controller"
 	"github.com/rewind-dev/rewind/internal/controller/target"
+	"github.com/rewind-dev/rewind/internal/member"
+	"github.com/rewind-dev/rewind/internal/restore"
 	"github.com/rewind-dev/rewind/internal/testbed"
 	"github.com/rewind-dev/rewind/internal/testbed/agentproc"
 	"github.com/rewind-dev/rewind/internal/testbed/testenv"
@@ -247,9 +252,9 @@ func failAndRollBackAll(t *testing.T, f *fleet.Fleet) v1alpha1.Revision {
 
 // TestAgentKilledDuringRestoreResumes: a pull member's agent killed (SIGKILL) in the middle of
 // its restore leaves the target waiting as an unreachable push member's does once its
-// heartbeat is lost; started again, the agent resumes the restore from its journal (no step
-// of it twice, the upgrade's snapshot not taken again) and the member ends equal to its
-// snapshot, as an uninterrupted restore leaves it.
+// heartbeat is lost; started again, the agent resumes the restore from its journal, which it
+// keeps in its member, not on the hub (no step of it twice, the upgrade's snapshot not taken
+// again), and the member ends equal to its snapshot, as an uninterrupted restore leaves it.
 func TestAgentKilledDuringRestoreResumes(t *testing.T) {
 	const victim = "member3"
 	f, agents := mixedFleet(t)
@@ -261,14 +266,15 @@ func TestAgentKilledDuringRestoreResumes(t *testing.T) {
 	snaps := f.SnapshotsOf(ro.Status.Revision)
 	upgraded := copyOf(t, f, victim)
 
-	// Killed as soon as its copy says the restore started (the step is on record before it
-	// runs): a watch, not a poll, so that the kill lands inside the restore.
-	wc, err := client.NewWithWatch(suite.Env.Hub.RESTConfig(), client.Options{Scheme: suite.Hub(t).Scheme()})
+	// Killed as soon as the agent's journal in its member holds the restore's first point: a
+	// watch, not a poll, so that the kill lands inside the restore.
+	journal := client.ObjectKey{Namespace: member.RecordNamespace, Name: target.MemberJournalName(upgraded.Name)}
+	mc, err := client.NewWithWatch(memberEnv(t, victim).RESTConfig(), client.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := wc.Watch(t.Context(), &v1alpha1.RolloutTargetList{},
-		client.InNamespace(v1alpha1.MemberNamespace(victim)))
+	w, err := mc.Watch(t.Context(), &corev1.ConfigMapList{}, client.InNamespace(journal.Namespace),
+		client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", journal.Name)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,19 +284,29 @@ func TestAgentKilledDuringRestoreResumes(t *testing.T) {
 	killed := false
 	for !killed {
 		select {
-		case ev := <-w.ResultChan():
-			cp, ok := ev.Object.(*v1alpha1.RolloutTarget)
-			if ok && cp.Spec.Path == v1alpha1.PathRestore && cp.Status.Revision == cp.Spec.Revision && cp.Status.Step == target.StepRestore {
+		case ev, open := <-w.ResultChan():
+			if !open {
+				t.Fatal("the watch of the member's restore journal ended")
+			}
+			if cm, ok := ev.Object.(*corev1.ConfigMap); ok && cm.Data["completed"] != "" {
 				agents[victim].stop(syscall.SIGKILL)
 				killed = true
 			}
 		case <-deadline:
-			t.Fatal("the agent never started its restore")
+			t.Fatal("the agent never journaled a point of its restore")
 		}
 	}
+	cm := &corev1.ConfigMap{}
+	if err := mc.Get(t.Context(), journal, cm); err != nil {
+		t.Fatal(err)
+	}
+	journaled := strings.Split(cm.Data["completed"], ",")
 	atKill := copyOf(t, f, victim)
 	if atKill.Status.Step != target.StepRestore || target.Terminal(atKill.Status.Phase) {
 		t.Fatalf("the kill did not land inside the restore: the copy says %s %s", atKill.Status.Phase, atKill.Status.Step)
+	}
+	if len(atKill.Status.RestoreSteps) != 0 {
+		t.Errorf("the agent wrote its restore's points to the hub (%v): they are journaled in the member (%v)", atKill.Status.RestoreSteps, journaled)
 	}
 
 	// While the agent is down, its target waits (MemberUnreachable), as a push member's does.
@@ -308,15 +324,16 @@ func TestAgentKilledDuringRestoreResumes(t *testing.T) {
 	if done.Status.StartedAt == nil || atKill.Status.StartedAt == nil || !done.Status.StartedAt.Equal(atKill.Status.StartedAt) {
 		t.Errorf("the restore started again instead of resuming: started %v before the kill, %v after", atKill.Status.StartedAt, done.Status.StartedAt)
 	}
-	seen := map[string]bool{}
-	for _, s := range done.Status.RestoreSteps {
-		if seen[s] {
-			t.Errorf("restore step %s ran twice: %v", s, done.Status.RestoreSteps)
-		}
-		seen[s] = true
+	// Every point once, in order, reported to the hub with the restore's next step; those
+	// journaled before the kill were not run again.
+	if !slices.Equal(done.Status.RestoreSteps, restore.Steps) {
+		t.Errorf("the copy's restore steps after the restore: %v, want %v (each once)", done.Status.RestoreSteps, restore.Steps)
 	}
-	if !slices.Equal(done.Status.RestoreSteps[:len(atKill.Status.RestoreSteps)], atKill.Status.RestoreSteps) {
-		t.Errorf("the journal was not resumed: %v before the kill, %v after", atKill.Status.RestoreSteps, done.Status.RestoreSteps)
+	if len(journaled) > len(done.Status.RestoreSteps) || !slices.Equal(done.Status.RestoreSteps[:len(journaled)], journaled) {
+		t.Errorf("the journal was not resumed: %v in the member before the kill, %v after", journaled, done.Status.RestoreSteps)
+	}
+	if err := mc.Get(t.Context(), journal, &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the member's restore journal %s stays after the restore ended (%v)", journal, err)
 	}
 	if upgraded.Status.Snapshot != snaps[victim] {
 		t.Errorf("the upgrade's snapshot %s, the revision's %s", upgraded.Status.Snapshot, snaps[victim])
@@ -325,6 +342,18 @@ func TestAgentKilledDuringRestoreResumes(t *testing.T) {
 		t.Errorf("the target after the agent came back: %s, waiting for %q", tt.Status.Phase, tt.Status.WaitingFor)
 	}
 	assertAll(t, f, "mysql-a", snaps, true)
+}
+
+// memberEnv is the testbed's member cluster of that name.
+func memberEnv(t *testing.T, name string) *testbed.Cluster {
+	t.Helper()
+	for _, m := range suite.Env.Members {
+		if m.Name == name {
+			return m
+		}
+	}
+	t.Fatalf("no member %s in the testbed", name)
+	return nil
 }
 
 // TestAgentRidesOutFaults: the pull members' agents upgrade and roll back while their API

@@ -168,9 +168,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 	x := r.newExecution(t)
+	ended := Terminal(t.Status.Phase) && t.Status.Revision == t.Spec.Revision && t.Status.Path == t.Spec.Path
 	res, err := r.reconcile(ctx, x)
 	if errors.Is(err, ErrCrash) {
 		return ctrl.Result{}, err
+	}
+	if !ended && Terminal(t.Status.Phase) {
+		x.clearMemberJournal(ctx) // once the end is written
 	}
 	// A conflict (another writer changed the journal since this read: a stale cache read)
 	// records nothing: the target runs again from a fresh read.

@@ -2,6 +2,8 @@ package target
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -11,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
@@ -21,7 +24,8 @@ import (
 
 // restoreSnapshot returns the cluster to its snapshot: CRDs (storage version included), every
 // custom resource with its status, the associated objects. The restore's own journal lives in
-// the target's status (restoreSteps), patched after each of its steps.
+// the target's status (restoreSteps), patched after each of its steps; a pull member's agent
+// keeps it in its member instead (agentJournal).
 type restoreSnapshot struct{}
 
 func (restoreSnapshot) run(ctx context.Context, x *execution) (time.Duration, error) {
@@ -75,7 +79,7 @@ func (restoreSnapshot) run(ctx context.Context, x *execution) (time.Duration, er
 	defer closer.Close()
 	o := restore.Options{
 		Header: hdr, Entries: entries, Current: current, Prune: t.Spec.PruneOnRollback,
-		Journal: statusJournal{x}, WorkingSet: restoreWorkingSet,
+		Journal: x.restoreJournal(), WorkingSet: restoreWorkingSet,
 	}
 	if crash := x.r.CrashAt; crash != nil {
 		o.At = func(point string) { crash(t.Spec.Cluster, StepRestore+": "+point) }
@@ -160,6 +164,15 @@ func listSome(names []string, n int) string {
 // came (MemoryBudget.Wakeups wakes it when its turn may have come).
 const budgetPoll = 2 * time.Second
 
+// restoreJournal is where the restore of x journals its inner points: on the hub, the
+// target's status (statusJournal); in a pull member's agent, the member (agentJournal).
+func (x *execution) restoreJournal() restore.Journal {
+	if x.r.Local == "" {
+		return statusJournal{x}
+	}
+	return agentJournal{x: x, member: x.memberJournal()}
+}
+
 // statusJournal keeps a restore's journal in the target's status.
 type statusJournal struct{ x *execution }
 
@@ -170,4 +183,89 @@ func (j statusJournal) Completed(context.Context) ([]string, error) {
 func (j statusJournal) Complete(ctx context.Context, step string) error {
 	j.x.t.Status.RestoreSteps = append(j.x.t.Status.RestoreSteps, step)
 	return j.x.patch(ctx)
+}
+
+// agentJournal keeps the restore journal of a pull member's copy in the member, beside its
+// installed-version records (a ConfigMap of rewind-system keyed by the copy, its revision and
+// its path; restore.ConfigMapJournal), as OCM's work agent keeps what it applied in the
+// managed cluster (AppliedManifestWork): a point is on record there before the next runs, so
+// an agent killed in the middle resumes from it, and the hub is not written at each point.
+// Each point is added to the copy's status.restoreSteps in memory, and reaches the hub with
+// the copy's next status write (the next journaled step, a fault, the end). At 1,000 pull
+// members the six points were six of the ten writes of each cluster's restore to the hub's
+// API server, whose CPU bounds a fleet's RollbackAll, and about three of the relay's. Once
+// the restore's end is written to the hub the member's journal is deleted (clearMemberJournal).
+type agentJournal struct {
+	x      *execution
+	member *restore.ConfigMapJournal
+}
+
+// Completed is what the status says (an earlier write) and then what the member's journal
+// adds; the status in memory takes those too, so that the copy's next write reports every
+// point (an agent that resumes reports those of the run before it as well).
+func (j agentJournal) Completed(ctx context.Context) ([]string, error) {
+	local, err := j.member.Completed(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st := &j.x.t.Status
+	for _, s := range local {
+		if !slices.Contains(st.RestoreSteps, s) {
+			st.RestoreSteps = append(st.RestoreSteps, s)
+		}
+	}
+	return slices.Clone(st.RestoreSteps), nil
+}
+
+func (j agentJournal) Complete(ctx context.Context, step string) error {
+	if err := j.member.Complete(ctx, step); err != nil {
+		return err
+	}
+	if !slices.Contains(j.x.t.Status.RestoreSteps, step) {
+		j.x.t.Status.RestoreSteps = append(j.x.t.Status.RestoreSteps, step)
+	}
+	return nil
+}
+
+// MemberJournalName names the ConfigMap of rewind-system in which a pull member's agent
+// journals the restores of the copy named copyName (agentJournal).
+func MemberJournalName(copyName string) string {
+	name := "restore-journal." + copyName
+	if len(name) > 253 {
+		sum := sha256.Sum256([]byte(copyName))
+		name = name[:253-17] + "." + hex.EncodeToString(sum[:8])
+	}
+	return name
+}
+
+// memberJournal is the member's journal of the restore of x, a pull member's copy.
+func (x *execution) memberJournal() *restore.ConfigMapJournal {
+	t := x.t
+	return &restore.ConfigMapJournal{Client: x.cl.Client, Namespace: member.RecordNamespace, Name: MemberJournalName(t.Name),
+		Key: fmt.Sprintf("%s/%d/%s", t.UID, t.Spec.Revision, t.Spec.Path)}
+}
+
+// clearMemberJournal deletes the member's restore journal of a pull member's copy once the
+// status that ends the restore is written to the hub (x.afterWrite): what it held is in the
+// copy's status by then. One that cannot be deleted now (a fault) stays, a few bytes, and is
+// started over by the copy's next restore (its key).
+func (x *execution) clearMemberJournal(ctx context.Context) {
+	if x.r.Local == "" || x.t.Spec.Path != v1alpha1.PathRestore {
+		return
+	}
+	if x.cl == nil { // ended without a step run in this reconcile
+		cl, err := x.r.Members.Get(ctx, x.t.Spec.Cluster)
+		if err != nil {
+			return // it stays (above)
+		}
+		x.cl = cl
+	}
+	j := x.memberJournal()
+	x.afterWrite(func() {
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := fault.Retry(ctx, 3, func() error { return j.Clear(ctx) }); err != nil {
+			ctrl.LoggerFrom(ctx).V(1).Info("the member's restore journal stays until the copy's next restore", "configMap", j.Namespace+"/"+j.Name, "error", err.Error())
+		}
+	})
 }

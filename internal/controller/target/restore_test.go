@@ -2,6 +2,7 @@ package target
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -122,4 +124,115 @@ func slicesContainsSubstring(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// A pull member's agent journals its restore's inner points in its member (a ConfigMap of
+// rewind-system keyed by the copy, its revision and its path), not on the hub: each point is
+// carried in the copy's status in memory to its next write, a restarted agent resumes from
+// the member's journal (with what the status already says), and the journal is deleted once
+// the restore's end is written. On the hub the journal is the target's status, written at
+// each point, as before.
+func TestAgentJournalsTheRestoreInTheMember(t *testing.T) {
+	ctx := t.Context()
+	hubScheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(hubScheme)
+	_ = v1alpha1.AddToScheme(hubScheme)
+	cp := &v1alpha1.RolloutTarget{
+		ObjectMeta: metav1.ObjectMeta{Namespace: v1alpha1.MemberNamespace("member1"), Name: "ns.ro-member1", UID: "copy-uid",
+			Labels: map[string]string{v1alpha1.LabelSourceNamespace: "ns", v1alpha1.LabelSourceName: "ro-member1"}},
+		Spec: v1alpha1.RolloutTargetSpec{Rollout: "ro", Cluster: "member1", Revision: 3, Path: v1alpha1.PathRestore, Start: true,
+			Snapshot: "ns.snap", Operator: "op", ToRelease: "op-v1"},
+		Status: v1alpha1.RolloutTargetStatus{Revision: 3, Path: v1alpha1.PathRestore, Phase: v1alpha1.ClusterRollingBack, Step: StepRestore},
+	}
+	hub := fake.NewClientBuilder().WithScheme(hubScheme).WithObjects(cp.DeepCopy()).WithStatusSubresource(&v1alpha1.RolloutTarget{}).Build()
+	mem := fake.NewClientBuilder().WithScheme(member.Scheme).Build()
+	local := &member.Cluster{Name: "member1", Client: mem}
+	agent := &Reconciler{Client: hub, Hub: hub, Local: "member1", Members: &member.Cache{Local: local}, Releases: &release.Cache{}}
+	read := func() *v1alpha1.RolloutTarget {
+		t.Helper()
+		got := &v1alpha1.RolloutTarget{}
+		if err := hub.Get(ctx, client.ObjectKeyFromObject(cp), got); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	journalKey := client.ObjectKey{Namespace: member.RecordNamespace, Name: "restore-journal." + cp.Name}
+
+	x := agent.newExecution(read())
+	x.cl = local
+	j := x.restoreJournal()
+	for _, s := range []string{"Quiesce", "CRDs"} {
+		if err := j.Complete(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := read().Status.RestoreSteps; len(got) != 0 {
+		t.Errorf("the agent wrote its restore's points to the hub: %v", got)
+	}
+	if got := x.t.Status.RestoreSteps; !slices.Equal(got, []string{"Quiesce", "CRDs"}) {
+		t.Errorf("the points to carry with the copy's next write: %v", got)
+	}
+	if err := mem.Get(ctx, journalKey, &corev1.ConfigMap{}); err != nil {
+		t.Fatalf("the member's journal: %v", err)
+	}
+
+	// A restarted agent (a fresh read of the copy, whose status has no point: they were in
+	// memory only) resumes from the member's journal.
+	again := read()
+	y := agent.newExecution(again)
+	y.cl = local
+	yj := y.restoreJournal()
+	if got, err := yj.Completed(ctx); err != nil || !slices.Equal(got, []string{"Quiesce", "CRDs"}) {
+		t.Errorf("resumed from %v (%v), want [Quiesce CRDs]", got, err)
+	}
+	// Its next write reports the points of the run before it too.
+	if err := yj.Complete(ctx, "CustomResources"); err != nil {
+		t.Fatal(err)
+	}
+	if got := y.t.Status.RestoreSteps; !slices.Equal(got, []string{"Quiesce", "CRDs", "CustomResources"}) {
+		t.Errorf("the resumed agent's points to carry: %v, want [Quiesce CRDs CustomResources]", got)
+	}
+	// The copy's next revision does not take this restore's points for its own.
+	next := read()
+	next.Spec.Revision, next.Status.Revision = 4, 4
+	z := agent.newExecution(next)
+	z.cl = local
+	if got, err := z.restoreJournal().Completed(ctx); err != nil || len(got) != 0 {
+		t.Errorf("another revision's restore resumed from %v (%v)", got, err)
+	}
+
+	// The end: Reconcile finishes the restore (its last step done), writes it with the points,
+	// and then deletes the member's journal.
+	end := read()
+	end.Status.Step, end.Status.RestoreSteps = StepDone, []string{"Quiesce", "CRDs"}
+	if err := hub.Status().Update(ctx, end); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := agent.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(cp)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := read().Status; got.Phase != v1alpha1.ClusterRolledBack || !slices.Equal(got.RestoreSteps, []string{"Quiesce", "CRDs"}) {
+		t.Errorf("the copy after the end: %s %v", got.Phase, got.RestoreSteps)
+	}
+	if err := mem.Get(ctx, journalKey, &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the member's journal stays after the restore's end was written (%v)", err)
+	}
+
+	// On the hub (a push member) the journal is the target's status, written at each point.
+	push := cp.DeepCopy()
+	push.Namespace, push.Name, push.Labels, push.ResourceVersion = "ns", "ro-member1", nil, ""
+	if err := hub.Create(ctx, push); err != nil {
+		t.Fatal(err)
+	}
+	if err := hub.Status().Update(ctx, push); err != nil {
+		t.Fatal(err)
+	}
+	h := (&Reconciler{Client: hub, Hub: hub}).newExecution(push)
+	if err := h.restoreJournal().Complete(ctx, "Quiesce"); err != nil {
+		t.Fatal(err)
+	}
+	got := &v1alpha1.RolloutTarget{}
+	if err := hub.Get(ctx, client.ObjectKeyFromObject(push), got); err != nil || !slices.Equal(got.Status.RestoreSteps, []string{"Quiesce"}) {
+		t.Errorf("the hub's journal after a point: %v (%v)", got.Status.RestoreSteps, err)
+	}
 }
