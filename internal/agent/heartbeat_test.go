@@ -81,3 +81,27 @@ func TestHeartbeatRenewsWithOneWrite(t *testing.T) {
 	beat(1, 2)
 	beat(0, 1)
 }
+
+// A heartbeat that failed is tried again within seconds, then less often at each failure in a
+// row, never less often than the interval: at the 60 s interval a single lost beat (a reset, a
+// 503) would otherwise cost a third of the default 3-minute grace period.
+func TestNextBeat(t *testing.T) {
+	for _, tc := range []struct {
+		interval time.Duration
+		failures int
+		want     time.Duration
+	}{
+		{time.Minute, 0, time.Minute},
+		{time.Minute, 1, 5 * time.Second},
+		{time.Minute, 2, 10 * time.Second},
+		{time.Minute, 3, 20 * time.Second},
+		{time.Minute, 4, 40 * time.Second},
+		{time.Minute, 5, time.Minute},
+		{time.Minute, 50, time.Minute},
+		{time.Second, 1, time.Second},
+	} {
+		if got := nextBeat(tc.interval, tc.failures); got != tc.want {
+			t.Errorf("nextBeat(%s, %d) = %s, want %s", tc.interval, tc.failures, got, tc.want)
+		}
+	}
+}
