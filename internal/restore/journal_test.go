@@ -38,12 +38,15 @@ func TestConfigMapJournalKey(t *testing.T) {
 	if got := completed(j("uid-1/2/Restore")); len(got) != 0 {
 		t.Fatalf("no journal yet: got %v", got)
 	}
-	first := j("uid-1/2/Restore")
-	for _, s := range []string{restore.StepQuiesce, restore.StepCRDs, restore.StepCRDs} {
-		if err := first.Complete(ctx, s); err != nil {
-			t.Fatal(err)
+	complete := func(j *restore.ConfigMapJournal, steps ...string) {
+		t.Helper()
+		for _, s := range steps {
+			if err := j.Complete(ctx, s); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
+	complete(j("uid-1/2/Restore"), restore.StepQuiesce, restore.StepCRDs, restore.StepCRDs)
 	if got, want := completed(j("uid-1/2/Restore")), []string{restore.StepQuiesce, restore.StepCRDs}; !slices.Equal(got, want) {
 		t.Errorf("the same key resumes: got %v, want %v (each step once)", got, want)
 	}
@@ -55,9 +58,7 @@ func TestConfigMapJournalKey(t *testing.T) {
 	}
 
 	next := j("uid-1/3/Restore")
-	if err := next.Complete(ctx, restore.StepQuiesce); err != nil {
-		t.Fatal(err)
-	}
+	complete(next, restore.StepQuiesce)
 	if got, want := completed(next), []string{restore.StepQuiesce}; !slices.Equal(got, want) {
 		t.Errorf("a new key starts over: got %v, want %v", got, want)
 	}
@@ -74,11 +75,7 @@ func TestConfigMapJournalKey(t *testing.T) {
 
 	// The CLI's journal (no key) reads and resumes as it did.
 	cli := j("")
-	for _, s := range []string{restore.StepQuiesce, restore.StepCRDs} {
-		if err := cli.Complete(ctx, s); err != nil {
-			t.Fatal(err)
-		}
-	}
+	complete(cli, restore.StepQuiesce, restore.StepCRDs)
 	if got, want := completed(j("")), []string{restore.StepQuiesce, restore.StepCRDs}; !slices.Equal(got, want) {
 		t.Errorf("unkeyed: got %v, want %v", got, want)
 	}

@@ -269,7 +269,7 @@ func TestAgentKilledDuringRestoreResumes(t *testing.T) {
 	// Killed as soon as the agent's journal in its member holds the restore's first point: a
 	// watch, not a poll, so that the kill lands inside the restore.
 	journal := client.ObjectKey{Namespace: member.RecordNamespace, Name: target.MemberJournalName(upgraded.Name)}
-	mc, err := client.NewWithWatch(memberEnv(t, victim).RESTConfig(), client.Options{})
+	mc, err := client.NewWithWatch(suite.Member(t, victim).RESTConfig(), client.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,18 +342,6 @@ func TestAgentKilledDuringRestoreResumes(t *testing.T) {
 		t.Errorf("the target after the agent came back: %s, waiting for %q", tt.Status.Phase, tt.Status.WaitingFor)
 	}
 	assertAll(t, f, "mysql-a", snaps, true)
-}
-
-// memberEnv is the testbed's member cluster of that name.
-func memberEnv(t *testing.T, name string) *testbed.Cluster {
-	t.Helper()
-	for _, m := range suite.Env.Members {
-		if m.Name == name {
-			return m
-		}
-	}
-	t.Fatalf("no member %s in the testbed", name)
-	return nil
 }
 
 // TestAgentRidesOutFaults: the pull members' agents upgrade and roll back while their API

@@ -11,8 +11,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -32,9 +30,7 @@ func TestMetricGateAgainstRealPrometheus(t *testing.T) {
 	prom.Set(series, 0.01)
 	prom.WaitValue(series, 0.01)
 
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = v1alpha1.AddToScheme(scheme)
+	scheme := testHubScheme()
 	mc := &v1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: "member1", Labels: map[string]string{"region": "eu"}}}
 	hub := fake.NewClientBuilder().WithScheme(scheme).WithObjects(mc).Build()
 	now := time.Now()

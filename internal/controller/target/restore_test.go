@@ -44,9 +44,7 @@ func (f failingGets) Get(ctx context.Context, key client.ObjectKey, obj client.O
 // newer release's Deployments and webhooks live during the restore. Only a release that is
 // gone from the hub is left out, and a Warning Event says so.
 func TestRestoreReadsTheReleasesInstalledNow(t *testing.T) {
-	hubScheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(hubScheme)
-	_ = v1alpha1.AddToScheme(hubScheme)
+	hubScheme := testHubScheme()
 	snap := &v1alpha1.Snapshot{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "snap"}, Status: v1alpha1.SnapshotStatus{Bytes: 1000}}
 	record := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Namespace: member.RecordNamespace, Name: member.RecordName("op")},
@@ -117,6 +115,14 @@ func TestRestoreReadsTheReleasesInstalledNow(t *testing.T) {
 	}
 }
 
+// testHubScheme knows the hub's kinds: Kubernetes' and rewind's.
+func testHubScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = v1alpha1.AddToScheme(s)
+	return s
+}
+
 func slicesContainsSubstring(list []string, s string) bool {
 	for _, l := range list {
 		if strings.Contains(l, s) {
@@ -134,9 +140,7 @@ func slicesContainsSubstring(list []string, s string) bool {
 // each point, as before.
 func TestAgentJournalsTheRestoreInTheMember(t *testing.T) {
 	ctx := t.Context()
-	hubScheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(hubScheme)
-	_ = v1alpha1.AddToScheme(hubScheme)
+	hubScheme := testHubScheme()
 	cp := &v1alpha1.RolloutTarget{
 		ObjectMeta: metav1.ObjectMeta{Namespace: v1alpha1.MemberNamespace("member1"), Name: "ns.ro-member1", UID: "copy-uid",
 			Labels: map[string]string{v1alpha1.LabelSourceNamespace: "ns", v1alpha1.LabelSourceName: "ro-member1"}},
