@@ -47,11 +47,7 @@ func nextBeat(interval time.Duration, failures int) time.Duration {
 	if failures <= 0 {
 		return interval
 	}
-	w := beatRetry
-	for i := 1; i < failures && w < interval; i++ {
-		w *= 2
-	}
-	return min(w, interval)
+	return min(beatRetry<<min(failures-1, 16), interval)
 }
 
 // Options of Run.
@@ -186,7 +182,7 @@ func Run(ctx context.Context, o Options) error {
 		default:
 			failures = 0
 		}
-		t.Reset(nextBeat(interval, failures))
+		t.Reset(nextBeat(interval, failures)) // the interval, or sooner after a failure
 		select {
 		case <-ctx.Done():
 			return nil
