@@ -5,6 +5,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -22,6 +23,7 @@ import (
 	"github.com/rewind-dev/rewind/internal/agent"
 	"github.com/rewind-dev/rewind/internal/controller"
 	"github.com/rewind-dev/rewind/internal/join"
+	"github.com/rewind-dev/rewind/internal/testbed"
 	"github.com/rewind-dev/rewind/internal/testbed/testenv"
 )
 
@@ -181,4 +183,52 @@ func TestPullMemberLiveness(t *testing.T) {
 	o.Bootstrap = nil
 	runAgent(t, o)
 	waitMember(t, name, "Reachable True again with the agent back", cond(metav1.ConditionTrue, controller.ReasonAgentHeartbeat))
+}
+
+// TestAgentRetriesAFailedHeartbeatSoon: a heartbeat the hub answers with a fault (503 on the
+// agent's Lease, from a fault proxy between the agent and the hub) is tried again within
+// seconds, not a whole interval later, so a blip on the way to the hub does not cost the
+// member an interval of its unreachableTimeout. Faults are not refusals: the agent goes on.
+func TestAgentRetriesAFailedHeartbeatSoon(t *testing.T) {
+	ctx := t.Context()
+	c := hubClient(t)
+	const name = "agent-edge-beat"
+	const interval = time.Minute // the default: a beat that waited for it would come 60 s later
+	boot := joinMember(t, name)
+	leases := "/apis/coordination.k8s.io/v1/namespaces/" + v1alpha1.MemberNamespace(name) + "/leases"
+	proxy, err := env.Hub.StartFaultProxy(testbed.Faults{HTTP: testbed.HTTPFaults{
+		Fraction: 1, Codes: []int{http.StatusServiceUnavailable}, PathPrefixes: []string{leases}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	boot.Host = proxy.Server
+	o := agent.Options{Cluster: name, Bootstrap: boot, Credentials: agent.CredentialFile{Path: filepath.Join(t.TempDir(), "credential.json")},
+		Member: env.Members[0].RESTConfig(), CredentialTTL: time.Hour, HeartbeatInterval: interval, NoWork: true}
+	_, finished := runAgent(t, o)
+
+	// The first beat and its first retry are answered with a fault; then the hub heals.
+	poll(t, "two heartbeats answered with a fault", func(context.Context) (bool, error) {
+		return proxy.Faults().Counts().HTTPFaults >= 2, nil
+	})
+	proxy.Faults().SetEnabled(false)
+	healed := time.Now()
+	lease := &coordinationv1.Lease{}
+	leaseKey := client.ObjectKey{Namespace: v1alpha1.MemberNamespace(name), Name: join.AgentLease}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, interval/2, true, func(ctx context.Context) (bool, error) {
+		return c.Get(ctx, leaseKey, lease) == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("no Lease within %s of the hub healing (the heartbeat interval is %s): a failed heartbeat must be tried again soon: %v",
+			interval/2, interval, err)
+	}
+	t.Logf("Lease renewed %s after the hub healed", time.Since(healed).Round(time.Millisecond))
+	if n := proxy.Faults().Counts().HTTPFaults; n != 2 {
+		t.Errorf("%d heartbeats were answered with a fault, want 2 (faults were off after the second)", n)
+	}
+	select {
+	case <-finished:
+		t.Fatal("the agent stopped on a fault of the hub")
+	default:
+	}
 }
