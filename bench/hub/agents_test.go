@@ -310,6 +310,14 @@ func (a *agents) run(ctx context.Context, t *v1alpha1.RolloutTarget) {
 				st.RestoreSteps = append(st.RestoreSteps, p)
 			}
 		case target.StepHealthGate:
+			if a.d.step[st.Step] > 0 {
+				// The first check finds the new release not healthy yet (its Deployment rolls):
+				// the gate's wait is written, as the agent's healthGate writes it.
+				st.Message = "waiting for health: Deployment " + t.Spec.InstallNamespace + "/mysql-operator: not Available (simulated)"
+				if !a.write(ctx, t, st) {
+					return
+				}
+			}
 			if !sleep(ctx, a.d.step[st.Step]) {
 				return
 			}

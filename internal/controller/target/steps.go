@@ -35,15 +35,21 @@ var (
 	RestoreSteps = []string{StepRestore, StepApplyRelease, StepHealthGate, StepRecord, StepDone}
 )
 
-// unjournaled are the steps not put on record before they run: each is quick, idempotent and
-// follows a journaled step with nothing expensive between, so a crash at one resumes from that
-// journaled step (ApplyCRDs for the later apply stages, HealthGate for Record) and redoes only
-// idempotent writes. Every other step is patched into the target's status before it runs; a
-// step's failure is always recorded. This halves the status patches of an upgrade, the hub
-// API server's main cost in a fleet wave.
+// unjournaled are the steps not put on record before they run. Each is either quick,
+// idempotent and after a journaled step with nothing expensive between (the later apply
+// stages after ApplyCRDs, Record after HealthGate), or only reads the cluster (Precheck before
+// the Snapshot, HealthGate after the applies): a crash at one resumes from the last step on
+// record (or from Pending) and redoes only reads and idempotent writes. What a read-only
+// step finds is written anyway: a failure, a gate's wait ("waiting for health" with the step
+// and its start), or the next journaled step. Every other step is patched into the target's
+// status before it runs, ApplyCRDs (the first change to the cluster) above all; a step's
+// failure is always recorded. This leaves three writes before the end of an upgrade
+// (Snapshot, ApplyCRDs, and a gate's wait) of the nine steps: the target status writes are the
+// hub API server's main cost in a fleet wave, twice over for a pull member (its agent's write
+// of the copy, the relay's of the target).
 var unjournaled = map[string]bool{
-	StepApplyRBAC: true, StepApplyConfig: true, StepApplyWebhooks: true, StepApplyWorkloads: true,
-	StepApplyOthers: true, StepRecord: true,
+	StepPrecheck: true, StepApplyRBAC: true, StepApplyConfig: true, StepApplyWebhooks: true, StepApplyWorkloads: true,
+	StepApplyOthers: true, StepHealthGate: true, StepRecord: true,
 }
 
 // Journaled says whether a step is put on record in the target's status before it runs.
