@@ -110,3 +110,15 @@ func (p *pki) caFile() string { return filepath.Join(p.dir, "ca.crt") }
 
 // CABundle is the PEM CA certificate that signed every serving certificate of the testbed.
 func (t *Testbed) CABundle() []byte { return append([]byte(nil), t.pki.ca.PEM...) }
+
+// proxyTLS issues an in-process fault proxy's serving certificate (for 127.0.0.1, localhost
+// and name) and the roots it checks the API servers with.
+func (p *pki) proxyTLS(name string) (*proxyTLS, error) {
+	cert, _, _, err := p.ca.Issue(name, []string{"localhost", name}, []net.IP{net.ParseIP("127.0.0.1")})
+	if err != nil {
+		return nil, err
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(p.ca.PEM)
+	return &proxyTLS{cert: *cert, roots: roots}, nil
+}

@@ -15,7 +15,6 @@ package testbed
 
 import (
 	"context"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -589,13 +588,10 @@ func (t *Testbed) startProxy(ctx context.Context) error {
 	if !t.opts.Detached {
 		var tlsCfg *proxyTLS
 		if cfg.Faults.needsHTTP() {
-			cert, _, _, err := t.pki.ca.Issue("member-proxy", []string{"localhost", "member-proxy"}, []net.IP{net.ParseIP("127.0.0.1")})
-			if err != nil {
+			var err error
+			if tlsCfg, err = t.pki.proxyTLS("member-proxy"); err != nil {
 				return fmt.Errorf("testbed: member proxy certificate: %w", err)
 			}
-			roots := x509.NewCertPool()
-			roots.AppendCertsFromPEM(t.pki.ca.PEM)
-			tlsCfg = &proxyTLS{cert: *cert, roots: roots}
 		}
 		if err := os.MkdirAll(filepath.Dir(logPath), 0o700); err != nil {
 			return err
