@@ -463,3 +463,25 @@ func parallel(ctx context.Context, items []string, n int, f func(context.Context
 	wg.Wait()
 	return first
 }
+
+// toldSince counts the clusters told to restore after t, in any revision.
+func (a *agents) toldSince(t time.Time) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := 0
+	for _, m := range a.toldRestore {
+		for _, at := range m {
+			if at.After(t) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// failed returns when the failing cluster wrote its failed gate (zero before).
+func (a *agents) failed() time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.failedAt
+}

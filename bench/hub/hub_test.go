@@ -40,6 +40,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
@@ -268,6 +269,7 @@ func BenchmarkHub(b *testing.B) {
 	reqBefore = p.hubRequests(b)
 	cpuBefore = cpuTimes(p)
 	apiBefore = apiRequests(b)
+	tell := watchTellWindow(ctx, ag, p, members)
 	setRelease(b, admin, ns, "mysql-c", nil)
 	waitRollout(b, admin, ns, 30*time.Minute, func(ro *v1alpha1.Rollout) bool { return ro.Status.Phase == v1alpha1.RolloutRollingBack })
 	stopProfile = p.profile(b, "b", 20)
@@ -302,6 +304,7 @@ func BenchmarkHub(b *testing.B) {
 	fmt.Printf("    timeline from the failed gate, every 5 s: targets of the rollback written / opened on the hub / copies told to restore / targets %s / %s on the hub:\n",
 		v1alpha1.ClusterRollingBack, v1alpha1.ClusterRolledBack)
 	w.timeline(failedAt, 5*time.Second, revBack, len(told), told, v1alpha1.ClusterRollingBack, v1alpha1.ClusterRolledBack)
+	tell.print(b, float64(members))
 	fmt.Printf("    load average after the rollback: %s\n", loadavg())
 	fmt.Printf("(c) controller peak RSS: %.0f MiB during (a), %.0f MiB during (b) (goal <= 500 MiB)\n", float64(rssA)/(1<<20), float64(rssB)/(1<<20))
 	n := float64(members)
@@ -730,6 +733,11 @@ func counter(b *testing.B, data []byte, name string) iter.Seq2[map[string]string
 	if err != nil {
 		b.Fatalf("parsing metrics: %v", err)
 	}
+	return counterOf(families, name)
+}
+
+// counterOf yields each series of counter name in families with its labels.
+func counterOf(families map[string]*dto.MetricFamily, name string) iter.Seq2[map[string]string, float64] {
 	return func(yield func(map[string]string, float64) bool) {
 		f := families[name]
 		if f == nil {
@@ -762,8 +770,19 @@ func apiRequests(b *testing.B) map[string]float64 {
 	if err != nil {
 		b.Fatalf("reading the hub API server's metrics: %v", err)
 	}
+	return requestCounts(data)
+}
+
+// requestCounts sums apiserver_request_total of a /metrics page as apiRequests does (nil when
+// the page does not parse).
+func requestCounts(data []byte) map[string]float64 {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(data))
+	if err != nil {
+		return nil
+	}
 	out := map[string]float64{}
-	for l, v := range counter(b, data, "apiserver_request_total") {
+	for l, v := range counterOf(fams, "apiserver_request_total") {
 		if l["verb"] == "WATCH" || l["resource"] == "" {
 			continue // long-running, or not a resource (discovery, /metrics)
 		}
@@ -870,4 +889,136 @@ func machine() string {
 		}
 	}
 	return fmt.Sprintf("%s, %d cores, %s/%s, %s", model, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version())
+}
+
+// tellWindow holds the hub API server's requests and every process's CPU seconds at the failed
+// gate and when the last cluster was told to restore: what the hub did while it told the fleet.
+type tellWindow struct {
+	done             chan struct{}
+	from, to         time.Time
+	apiFrom, apiTo   map[string]float64
+	cpuFrom, cpuTo   map[string]float64
+	toldFrom, toldTo int
+	// queue is the deepest each of the controller's work queues was in the window (sampled every
+	// 100 ms), and wait the mean time an item waited in it before a worker took it.
+	queue, wait map[string]float64
+	err         error
+}
+
+// watchTellWindow samples the window of (b) from the failed gate to n clusters told to restore
+// (polled every 100 ms: the API server's metrics are read twice, not all along).
+func watchTellWindow(ctx context.Context, ag *agents, p *controllerProcess, n int) *tellWindow {
+	w := &tellWindow{done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for ag.failed().IsZero() {
+			select {
+			case <-ctx.Done():
+				w.err = ctx.Err()
+				return
+			case <-tick.C:
+			}
+		}
+		w.from, w.apiFrom, w.cpuFrom = time.Now(), apiRequestsOrNil(), cpuTimes(p)
+		_, waitFrom := p.queues()
+		failed := ag.failed()
+		w.toldFrom = ag.toldSince(failed)
+		w.queue = map[string]float64{}
+		for ag.toldSince(failed) < n {
+			select {
+			case <-ctx.Done():
+				w.err = ctx.Err()
+				return
+			case <-tick.C:
+			}
+			depth, _ := p.queues()
+			for k, v := range depth {
+				w.queue[k] = max(w.queue[k], v)
+			}
+		}
+		w.to, w.apiTo, w.cpuTo = time.Now(), apiRequestsOrNil(), cpuTimes(p)
+		_, waitTo := p.queues()
+		w.wait = map[string]float64{}
+		for k, v := range waitTo {
+			if c := v[1] - waitFrom[k][1]; c > 0 {
+				w.wait[k] = (v[0] - waitFrom[k][0]) / c
+			}
+		}
+		w.toldTo = ag.toldSince(failed)
+	}()
+	return w
+}
+
+// apiRequestsOrNil is apiRequests outside the benchmark's goroutine (nil when it fails).
+func apiRequestsOrNil() map[string]float64 {
+	cs, err := kubernetes.NewForConfig(env.Hub.RESTConfig())
+	if err != nil {
+		return nil
+	}
+	data, err := cs.RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		return nil
+	}
+	return requestCounts(data)
+}
+
+func (w *tellWindow) print(b *testing.B, n float64) {
+	select {
+	case <-w.done:
+	case <-time.After(time.Minute):
+		b.Logf("the tell window did not end")
+		return
+	}
+	if w.err != nil || w.apiFrom == nil || w.apiTo == nil {
+		b.Logf("the tell window was not measured: %v", w.err)
+		return
+	}
+	secs := w.to.Sub(w.from).Seconds()
+	fmt.Printf("    while the hub told the fleet (%.1f s from the failed gate to the last copy told, sampled within 0.1 s; %d clusters told in it): requests per cluster %s\n",
+		secs, w.toldTo-w.toldFrom, perCluster(diff(w.apiFrom, w.apiTo), n))
+	cpu := diff(w.cpuFrom, w.cpuTo)
+	for k, v := range cpu {
+		cpu[k] = v / secs
+	}
+	fmt.Printf("      CPU seconds per second in it: %s\n", breakdown(cpu))
+	fmt.Printf("      the controller's work queues in it: deepest %s; mean wait of an item before a worker took it (s) %s\n", breakdown(w.queue), breakdown(w.wait))
+}
+
+// queues reads the controller's work queues: each one's depth now, and the sum and count of
+// the time its items waited (workqueue_queue_duration_seconds), by controller name.
+func (p *controllerProcess) queues() (depth map[string]float64, wait map[string][2]float64) {
+	depth, wait = map[string]float64{}, map[string][2]float64{}
+	resp, err := http.Get(p.metrics)
+	if err != nil {
+		return depth, wait
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return depth, wait
+	}
+	name := func(m *dto.Metric) string {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "name" {
+				return l.GetValue()
+			}
+		}
+		return ""
+	}
+	if f := fams["workqueue_depth"]; f != nil {
+		for _, m := range f.GetMetric() {
+			depth[name(m)] += m.GetGauge().GetValue()
+		}
+	}
+	if f := fams["workqueue_queue_duration_seconds"]; f != nil {
+		for _, m := range f.GetMetric() {
+			h := m.GetHistogram()
+			v := wait[name(m)]
+			wait[name(m)] = [2]float64{v[0] + h.GetSampleSum(), v[1] + float64(h.GetSampleCount())}
+		}
+	}
+	return depth, wait
 }
