@@ -900,13 +900,14 @@ type tellWindow struct {
 	cpuFrom, cpuTo   map[string]float64
 	toldFrom, toldTo int
 	// queue is the deepest each of the controller's work queues was in the window (sampled every
-	// 100 ms), and wait the mean time an item waited in it before a worker took it.
+	// 500 ms), and wait the mean time an item waited in it before a worker took it.
 	queue, wait map[string]float64
 	err         error
 }
 
 // watchTellWindow samples the window of (b) from the failed gate to n clusters told to restore
-// (polled every 100 ms: the API server's metrics are read twice, not all along).
+// (polled every 100 ms; the API server's metrics are read at its ends only, the controller's
+// work queues every 500 ms).
 func watchTellWindow(ctx context.Context, ag *agents, p *controllerProcess, n int) *tellWindow {
 	w := &tellWindow{done: make(chan struct{})}
 	go func() {
@@ -926,12 +927,15 @@ func watchTellWindow(ctx context.Context, ag *agents, p *controllerProcess, n in
 		failed := ag.failed()
 		w.toldFrom = ag.toldSince(failed)
 		w.queue = map[string]float64{}
-		for ag.toldSince(failed) < n {
+		for i := 0; ag.toldSince(failed) < n; i++ {
 			select {
 			case <-ctx.Done():
 				w.err = ctx.Err()
 				return
 			case <-tick.C:
+			}
+			if i%5 != 0 {
+				continue
 			}
 			depth, _ := p.queues()
 			for k, v := range depth {

@@ -647,31 +647,49 @@ func (d readThrough) List(ctx context.Context, list client.ObjectList, opts ...c
 // is not opened (spec.start false): a revision writes every cluster's target at once and opens
 // a wave later; the relay of an opened target (a wave, a rollback) goes before the copies of
 // every other cluster's target that the revision's write queued (they are only made ready
-// ahead of their wave).
+// ahead of their wave). A target opened with a new spec (a wave opening, a rollback's
+// restore) goes first of all, before the status its executor or a pull member's agent
+// reports (which reaches the queue at the default priority, through sourceOf): the cluster
+// is told what to do next before the hub records what it did.
 type openedFirst struct {
 	handler.EnqueueRequestForObject
 }
 
-// notOpened enqueues o with low priority and says so when o is a target not opened and q a
-// priority queue.
-func notOpened(o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) bool {
+// tellPriority is the priority of a target opened with a new spec (openedFirst). A
+// RollbackAll of 1,000 pull members queued each copy to tell behind the relay of the failed
+// upgrade's statuses: 640 items deep, 2.2 s waited on average (bench-hub).
+const tellPriority = 10
+
+// enqueueByOpening enqueues o with low priority when o is a target not opened, with
+// tellPriority when it is one opened with a new spec (fresh: created or a new generation, not
+// from the cache's first list), and says whether it did (only into a priority queue).
+func enqueueByOpening(o client.Object, fresh bool, q workqueue.TypedRateLimitingInterface[reconcile.Request]) bool {
 	t, ok := o.(*v1alpha1.RolloutTarget)
 	pq, isPQ := q.(priorityqueue.PriorityQueue[reconcile.Request])
-	if !ok || !isPQ || t.Spec.Start {
+	if !ok || !isPQ {
 		return false
 	}
-	pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(handler.LowPriority)}, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(o)})
+	prio := 0
+	switch {
+	case !t.Spec.Start:
+		prio = handler.LowPriority
+	case fresh:
+		prio = tellPriority
+	default:
+		return false
+	}
+	pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(prio)}, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(o)})
 	return true
 }
 
 func (h *openedFirst) Create(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	if !notOpened(e.Object, q) {
+	if !enqueueByOpening(e.Object, !e.IsInInitialList, q) {
 		h.EnqueueRequestForObject.Create(ctx, e, q)
 	}
 }
 
 func (h *openedFirst) Update(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	if !notOpened(e.ObjectNew, q) {
+	if !enqueueByOpening(e.ObjectNew, e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration(), q) {
 		h.EnqueueRequestForObject.Update(ctx, e, q)
 	}
 }
