@@ -894,9 +894,12 @@ func machine() string {
 // tellWindow holds the hub API server's requests and every process's CPU seconds at the failed
 // gate and when the last cluster was told to restore: what the hub did while it told the fleet.
 type tellWindow struct {
-	done             chan struct{}
-	from, to         time.Time
-	apiFrom, apiTo   map[string]float64
+	done           chan struct{}
+	from, to       time.Time
+	apiFrom, apiTo map[string]float64
+	// apfFrom and apfTo: the API server's priority and fairness queue waits (the sum of the
+	// seconds and the count of requests), by priority level.
+	apfFrom, apfTo   map[string][2]float64
 	cpuFrom, cpuTo   map[string]float64
 	toldFrom, toldTo int
 	// queue is the deepest each of the controller's work queues was in the window (sampled every
@@ -922,7 +925,8 @@ func watchTellWindow(ctx context.Context, ag *agents, p *controllerProcess, n in
 			case <-tick.C:
 			}
 		}
-		w.from, w.apiFrom, w.cpuFrom = time.Now(), apiRequestsOrNil(), cpuTimes(p)
+		w.from, w.cpuFrom = time.Now(), cpuTimes(p)
+		w.apiFrom, w.apfFrom = apiRequestsOrNil()
 		_, waitFrom := p.queues()
 		failed := ag.failed()
 		w.toldFrom = ag.toldSince(failed)
@@ -942,7 +946,8 @@ func watchTellWindow(ctx context.Context, ag *agents, p *controllerProcess, n in
 				w.queue[k] = max(w.queue[k], v)
 			}
 		}
-		w.to, w.apiTo, w.cpuTo = time.Now(), apiRequestsOrNil(), cpuTimes(p)
+		w.to, w.cpuTo = time.Now(), cpuTimes(p)
+		w.apiTo, w.apfTo = apiRequestsOrNil()
 		_, waitTo := p.queues()
 		w.wait = map[string]float64{}
 		for k, v := range waitTo {
@@ -955,17 +960,36 @@ func watchTellWindow(ctx context.Context, ag *agents, p *controllerProcess, n in
 	return w
 }
 
-// apiRequestsOrNil is apiRequests outside the benchmark's goroutine (nil when it fails).
-func apiRequestsOrNil() map[string]float64 {
+// apiRequestsOrNil is apiRequests outside the benchmark's goroutine (nil when it fails), with
+// the priority and fairness queue waits by priority level
+// (apiserver_flowcontrol_request_wait_duration_seconds: its sum and count).
+func apiRequestsOrNil() (map[string]float64, map[string][2]float64) {
 	cs, err := kubernetes.NewForConfig(env.Hub.RESTConfig())
 	if err != nil {
-		return nil
+		return nil, nil
 	}
 	data, err := cs.RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
 	if err != nil {
-		return nil
+		return nil, nil
 	}
-	return requestCounts(data)
+	waits := map[string][2]float64{}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	if fams, err := parser.TextToMetricFamilies(bytes.NewReader(data)); err == nil {
+		if f := fams["apiserver_flowcontrol_request_wait_duration_seconds"]; f != nil {
+			for _, m := range f.GetMetric() {
+				level := ""
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "priority_level" {
+						level = l.GetValue()
+					}
+				}
+				h := m.GetHistogram()
+				v := waits[level]
+				waits[level] = [2]float64{v[0] + h.GetSampleSum(), v[1] + float64(h.GetSampleCount())}
+			}
+		}
+	}
+	return requestCounts(data), waits
 }
 
 func (w *tellWindow) print(b *testing.B, n float64) {
@@ -987,6 +1011,13 @@ func (w *tellWindow) print(b *testing.B, n float64) {
 		cpu[k] = v / secs
 	}
 	fmt.Printf("      CPU seconds per second in it: %s\n", breakdown(cpu))
+	apf := map[string]float64{}
+	for k, v := range w.apfTo {
+		if c := v[1] - w.apfFrom[k][1]; c > 0 {
+			apf[k] = (v[0] - w.apfFrom[k][0]) / c
+		}
+	}
+	fmt.Printf("      the hub API server's priority and fairness in it, mean wait of a request in its queue by priority level (s): %s\n", breakdown(apf))
 	fmt.Printf("      the controller's work queues in it: deepest %s; mean wait of an item before a worker took it (s) %s\n", breakdown(w.queue), breakdown(w.wait))
 }
 
