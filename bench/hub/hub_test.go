@@ -304,6 +304,9 @@ func BenchmarkHub(b *testing.B) {
 	fmt.Printf("    timeline from the failed gate, every 5 s: targets of the rollback written / opened on the hub / copies told to restore / targets %s / %s on the hub:\n",
 		v1alpha1.ClusterRollingBack, v1alpha1.ClusterRolledBack)
 	w.timeline(failedAt, 5*time.Second, revBack, len(told), told, v1alpha1.ClusterRollingBack, v1alpha1.ClusterRolledBack)
+	seen, first, last := w.reaction(revBack-1, ag.failCluster, revBack)
+	fmt.Printf("    the failed gate on the hub's target (relayed) at +%.1f s; the rollback's first target written at +%.1f s, its last at +%.1f s\n",
+		seen.Sub(failedAt).Seconds(), first.Sub(failedAt).Seconds(), last.Sub(failedAt).Seconds())
 	tell.print(b, float64(members))
 	fmt.Printf("    load average after the rollback: %s\n", loadavg())
 	fmt.Printf("(c) controller peak RSS: %.0f MiB during (a), %.0f MiB during (b) (goal <= 500 MiB)\n", float64(rssA)/(1<<20), float64(rssB)/(1<<20))
@@ -454,6 +457,21 @@ func (w *targetWatch) timeline(start time.Time, step time.Duration, rev int32, t
 	for i := 0; i < len(line); i += 6 {
 		fmt.Printf("      %s\n", strings.Join(line[i:min(i+6, len(line))], "   "))
 	}
+}
+
+// reaction is when the hub's target of cluster was first seen Failed in revision failedRev,
+// and when the first and the last target of revision rev were written.
+func (w *targetWatch) reaction(failedRev int32, cluster string, rev int32) (failed, first, last time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	failed = w.phase[failedRev][cluster][v1alpha1.ClusterFailed]
+	for _, at := range w.written[rev] {
+		if first.IsZero() || at.Before(first) {
+			first = at
+		}
+		last = later(last, at)
+	}
+	return failed, first, last
 }
 
 // window is the first opening and the last time a phase done says so was seen among

@@ -20,7 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
@@ -490,7 +489,7 @@ func TestATellGoesBeforeTheStatusRelayed(t *testing.T) {
 	q := priorityqueue.New[reconcile.Request]("test")
 	defer q.ShutDown()
 	ctx := context.Background()
-	reports := handler.EnqueueRequestsFromMapFunc(sourceOf)
+	reports := newCopyReports()
 	copyOf := func(name, rv string) *v1alpha1.RolloutTarget {
 		return &v1alpha1.RolloutTarget{ObjectMeta: metav1.ObjectMeta{Namespace: v1alpha1.MemberNamespace(name), Name: "fleet.ro-" + name, ResourceVersion: rv,
 			Labels: map[string]string{v1alpha1.LabelSourceNamespace: "fleet", v1alpha1.LabelSourceName: "ro-" + name}}}
@@ -514,6 +513,42 @@ func TestATellGoesBeforeTheStatusRelayed(t *testing.T) {
 	}
 	if want := []string{"ro-m4", "ro-m1", "ro-m2", "ro-m3"}; !slices.Equal(got, want) {
 		t.Errorf("out of the queue: %v; want %v (the tell first, then in turn)", got, want)
+	}
+}
+
+// TestAFailureIsRelayedFirst: a copy whose agent reports Failed is relayed to its target
+// before every other report and tell queued: the Rollout acts on it (a RollbackAll tells the
+// whole fleet to restore). At 1,000 pull members the failed gate waited behind the wave's
+// reports, and the rollback's first write came 8 s after it (bench-hub). A report of a
+// failure already relayed goes in turn.
+func TestAFailureIsRelayedFirst(t *testing.T) {
+	q := priorityqueue.New[reconcile.Request]("test")
+	defer q.ShutDown()
+	ctx := context.Background()
+	reports := newCopyReports()
+	copyOf := func(name, rv, phase string) *v1alpha1.RolloutTarget {
+		return &v1alpha1.RolloutTarget{ObjectMeta: metav1.ObjectMeta{Namespace: v1alpha1.MemberNamespace(name), Name: "fleet.ro-" + name, ResourceVersion: rv,
+			Labels: map[string]string{v1alpha1.LabelSourceNamespace: "fleet", v1alpha1.LabelSourceName: "ro-" + name}},
+			Status: v1alpha1.RolloutTargetStatus{Revision: 3, Path: v1alpha1.PathUpgrade, Phase: phase}}
+	}
+	for _, m := range []string{"m1", "m2"} {
+		reports.Update(ctx, event.UpdateEvent{ObjectOld: copyOf(m, "1", v1alpha1.ClusterUpgrading), ObjectNew: copyOf(m, "2", v1alpha1.ClusterSucceeded)}, q)
+	}
+	tell := &v1alpha1.RolloutTarget{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: "ro-m3", Generation: 5, ResourceVersion: "9"}, Spec: v1alpha1.RolloutTargetSpec{Start: true}}
+	before := tell.DeepCopy()
+	before.Generation, before.ResourceVersion = 4, "8"
+	(&openedFirst{}).Update(ctx, event.UpdateEvent{ObjectOld: before, ObjectNew: tell}, q)
+	// m4's failure was relayed before (its message changed since); m5 fails now.
+	reports.Update(ctx, event.UpdateEvent{ObjectOld: copyOf("m4", "1", v1alpha1.ClusterFailed), ObjectNew: copyOf("m4", "2", v1alpha1.ClusterFailed)}, q)
+	reports.Update(ctx, event.UpdateEvent{ObjectOld: copyOf("m5", "1", v1alpha1.ClusterUpgrading), ObjectNew: copyOf("m5", "2", v1alpha1.ClusterFailed)}, q)
+	var got []string
+	for range 5 {
+		r, _, _ := q.GetWithPriority()
+		got = append(got, r.Name)
+		q.Done(r)
+	}
+	if want := []string{"ro-m5", "ro-m3", "ro-m1", "ro-m2", "ro-m4"}; !slices.Equal(got, want) {
+		t.Errorf("out of the queue: %v; want %v (the new failure, the tell, then the reports in turn)", got, want)
 	}
 }
 
