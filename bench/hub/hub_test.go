@@ -1032,10 +1032,10 @@ func (w *tellWindow) print(b *testing.B, n float64) {
 	apf := map[string]float64{}
 	for k, v := range w.apfTo {
 		if c := v[1] - w.apfFrom[k][1]; c > 0 {
-			apf[k] = (v[0] - w.apfFrom[k][0]) / c
+			apf[k] = 1000 * (v[0] - w.apfFrom[k][0]) / c
 		}
 	}
-	fmt.Printf("      the hub API server's priority and fairness in it, mean wait of a request in its queue by priority level (s): %s\n", breakdown(apf))
+	fmt.Printf("      the hub API server's priority and fairness in it, mean wait of a request in its queue by priority level (ms): %s\n", breakdown(apf))
 	fmt.Printf("      the controller's work queues in it: deepest %s; mean wait of an item before a worker took it (s) %s\n", breakdown(w.queue), breakdown(w.wait))
 }
 
