@@ -338,9 +338,11 @@ func progressOnly(old, cur *v1alpha1.RolloutTargetStatus) bool {
 		old.Attempt == cur.Attempt && old.ObservedGeneration == cur.ObservedGeneration && old.Snapshot == cur.Snapshot
 }
 
-// wait is how long the write of want over have waits: 0 to write now.
+// wait is how long the write of want over have waits: 0 to write now. The step at which the
+// cluster starts changing (ApplyCRDs, after the snapshot) is written at once too: a RollbackAll
+// plans from the targets on the hub, and a cluster they show unchanged gets no restore.
 func (w *relayedWrites) wait(key types.NamespacedName, have, want *v1alpha1.RolloutTargetStatus, now time.Time) time.Duration {
-	if !progressOnly(have, want) {
+	if !progressOnly(have, want) || Changed(want.Path, want.Phase, want.Step) != Changed(have.Path, have.Phase, have.Step) {
 		return 0
 	}
 	w.mu.Lock()

@@ -450,6 +450,18 @@ func TestRelayPacesProgressWrites(t *testing.T) {
 	if _, got := relay(); got.Status.Step != StepSnapshot {
 		t.Errorf("at the end of the interval the step held is written: %q", got.Status.Step)
 	}
+	// The cluster starts changing: what a RollbackAll plans from (a cluster the hub shows at
+	// Snapshot is not restored) is written at once, though 0.1 s after the last write.
+	now = now.Add(100 * time.Millisecond)
+	agentWrites(v1alpha1.ClusterUpgrading, StepApplyCRDs)
+	if _, got := relay(); got.Status.Step != StepApplyCRDs {
+		t.Errorf("the step at which the cluster starts changing, 0.1 s after the last write: written %q, want %s at once", got.Status.Step, StepApplyCRDs)
+	}
+	now = now.Add(100 * time.Millisecond)
+	agentWrites(v1alpha1.ClusterUpgrading, StepApplyRBAC)
+	if _, got := relay(); got.Status.Step != StepApplyCRDs {
+		t.Errorf("the next step within the interval is held: written %q", got.Status.Step)
+	}
 	now = now.Add(100 * time.Millisecond)
 	agentWrites(v1alpha1.ClusterSucceeded, StepDone)
 	if _, got := relay(); got.Status.Phase != v1alpha1.ClusterSucceeded {
