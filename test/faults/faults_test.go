@@ -354,7 +354,10 @@ func TestMemberCutOffPastItsTimeoutWaitsThenGoesOn(t *testing.T) {
 	f.SetRelease("mysql-b", nil)
 
 	var ro *v1alpha1.Rollout
-	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+	// 4 minutes: the Rollout's preflight reads the cut-off member first (each read a refused
+	// discovery, retried for about 18 s; about 95 s in all in CI run 4 of 2026-12-03, where 2
+	// minutes ran out 25 s before the target's wait could be seen).
+	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
 		ro = f.Rollout()
 		c := meta.FindStatusCondition(ro.Status.Conditions, v1alpha1.ConditionWaiting)
 		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonMemberUnreachable && strings.Contains(c.Message, cut), nil
