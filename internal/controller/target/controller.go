@@ -665,20 +665,24 @@ const tellPriority = 10
 // from the cache's first list), and says whether it did (only into a priority queue).
 func enqueueByOpening(o client.Object, fresh bool, q workqueue.TypedRateLimitingInterface[reconcile.Request]) bool {
 	t, ok := o.(*v1alpha1.RolloutTarget)
-	pq, isPQ := q.(priorityqueue.PriorityQueue[reconcile.Request])
-	if !ok || !isPQ {
+	if !ok || t.Spec.Start && !fresh {
 		return false
 	}
-	prio := 0
-	switch {
-	case !t.Spec.Start:
+	prio := tellPriority
+	if !t.Spec.Start {
 		prio = handler.LowPriority
-	case fresh:
-		prio = tellPriority
-	default:
+	}
+	return addAt(q, prio, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(o)})
+}
+
+// addAt adds reqs to q with priority prio and says so when q is a priority queue (else it
+// adds nothing: the caller enqueues as the handler it wraps does).
+func addAt(q workqueue.TypedRateLimitingInterface[reconcile.Request], prio int, reqs ...reconcile.Request) bool {
+	pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request])
+	if !ok || len(reqs) == 0 {
 		return false
 	}
-	pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(prio)}, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(o)})
+	pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(prio)}, reqs...)
 	return true
 }
 
@@ -714,12 +718,8 @@ func newCopyReports() *copyReports {
 func (h *copyReports) Update(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	old, ok1 := e.ObjectOld.(*v1alpha1.RolloutTarget)
 	cur, ok2 := e.ObjectNew.(*v1alpha1.RolloutTarget)
-	pq, isPQ := q.(priorityqueue.PriorityQueue[reconcile.Request])
-	if ok1 && ok2 && isPQ && failedNow(&old.Status, &cur.Status) {
-		if reqs := sourceOf(ctx, cur); len(reqs) > 0 {
-			pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(failurePriority)}, reqs...)
-			return
-		}
+	if ok1 && ok2 && failedNow(&old.Status, &cur.Status) && addAt(q, failurePriority, sourceOf(ctx, cur)...) {
+		return
 	}
 	h.TypedEventHandler.Update(ctx, e, q)
 }
