@@ -780,25 +780,29 @@ func counterOf(families map[string]*dto.MetricFamily, name string) iter.Seq2[map
 // "409 " and the same key.
 func apiRequests(b *testing.B) map[string]float64 {
 	b.Helper()
-	cs, err := kubernetes.NewForConfig(env.Hub.RESTConfig())
+	fams, err := hubMetrics()
 	if err != nil {
 		b.Fatal(err)
 	}
-	data, err := cs.RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
-	if err != nil {
-		b.Fatalf("reading the hub API server's metrics: %v", err)
-	}
-	return requestCounts(data)
+	return requestCounts(fams)
 }
 
-// requestCounts sums apiserver_request_total of a /metrics page as apiRequests does (nil when
-// the page does not parse).
-func requestCounts(data []byte) map[string]float64 {
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(bytes.NewReader(data))
+// hubMetrics reads and parses the hub kube-apiserver's /metrics.
+func hubMetrics() (map[string]*dto.MetricFamily, error) {
+	cs, err := kubernetes.NewForConfig(env.Hub.RESTConfig())
 	if err != nil {
-		return nil
+		return nil, err
 	}
+	data, err := cs.RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		return nil, fmt.Errorf("reading the hub API server's metrics: %w", err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	return parser.TextToMetricFamilies(bytes.NewReader(data))
+}
+
+// requestCounts sums apiserver_request_total as apiRequests words it.
+func requestCounts(fams map[string]*dto.MetricFamily) map[string]float64 {
 	out := map[string]float64{}
 	for l, v := range counterOf(fams, "apiserver_request_total") {
 		if l["verb"] == "WATCH" || l["resource"] == "" {
@@ -917,9 +921,9 @@ type tellWindow struct {
 	apiFrom, apiTo map[string]float64
 	// apfFrom and apfTo: the API server's priority and fairness queue waits (the sum of the
 	// seconds and the count of requests), by priority level.
-	apfFrom, apfTo   map[string][2]float64
-	cpuFrom, cpuTo   map[string]float64
-	toldFrom, toldTo int
+	apfFrom, apfTo map[string][2]float64
+	cpuFrom, cpuTo map[string]float64
+	told           int // clusters told to restore after the failed gate
 	// queue is the deepest each of the controller's work queues was in the window (sampled every
 	// 500 ms), and wait the mean time an item waited in it before a worker took it.
 	queue, wait map[string]float64
@@ -947,7 +951,6 @@ func watchTellWindow(ctx context.Context, ag *agents, p *controllerProcess, n in
 		w.apiFrom, w.apfFrom = apiRequestsOrNil()
 		_, waitFrom := p.queues()
 		failed := ag.failed()
-		w.toldFrom = ag.toldSince(failed)
 		w.queue = map[string]float64{}
 		for i := 0; ag.toldSince(failed) < n; i++ {
 			select {
@@ -967,47 +970,56 @@ func watchTellWindow(ctx context.Context, ag *agents, p *controllerProcess, n in
 		w.to, w.cpuTo = time.Now(), cpuTimes(p)
 		w.apiTo, w.apfTo = apiRequestsOrNil()
 		_, waitTo := p.queues()
-		w.wait = map[string]float64{}
-		for k, v := range waitTo {
-			if c := v[1] - waitFrom[k][1]; c > 0 {
-				w.wait[k] = (v[0] - waitFrom[k][0]) / c
-			}
-		}
-		w.toldTo = ag.toldSince(failed)
+		w.wait = meanGrowth(waitFrom, waitTo, 1)
+		w.told = ag.toldSince(failed)
 	}()
 	return w
 }
 
 // apiRequestsOrNil is apiRequests outside the benchmark's goroutine (nil when it fails), with
-// the priority and fairness queue waits by priority level
-// (apiserver_flowcontrol_request_wait_duration_seconds: its sum and count).
+// the priority and fairness queue waits by priority level (the sum and count of
+// apiserver_flowcontrol_request_wait_duration_seconds).
 func apiRequestsOrNil() (map[string]float64, map[string][2]float64) {
-	cs, err := kubernetes.NewForConfig(env.Hub.RESTConfig())
+	fams, err := hubMetrics()
 	if err != nil {
 		return nil, nil
 	}
-	data, err := cs.RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
-	if err != nil {
-		return nil, nil
-	}
-	waits := map[string][2]float64{}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	if fams, err := parser.TextToMetricFamilies(bytes.NewReader(data)); err == nil {
-		if f := fams["apiserver_flowcontrol_request_wait_duration_seconds"]; f != nil {
-			for _, m := range f.GetMetric() {
-				level := ""
-				for _, l := range m.GetLabel() {
-					if l.GetName() == "priority_level" {
-						level = l.GetValue()
-					}
-				}
-				h := m.GetHistogram()
-				v := waits[level]
-				waits[level] = [2]float64{v[0] + h.GetSampleSum(), v[1] + float64(h.GetSampleCount())}
-			}
+	return requestCounts(fams), histogramSums(fams, "apiserver_flowcontrol_request_wait_duration_seconds", "priority_level")
+}
+
+// histogramSums sums the sample sum and count of histogram name in fams by the value of label.
+func histogramSums(fams map[string]*dto.MetricFamily, name, label string) map[string][2]float64 {
+	out := map[string][2]float64{}
+	if f := fams[name]; f != nil {
+		for _, m := range f.GetMetric() {
+			h := m.GetHistogram()
+			v := out[labelValue(m, label)]
+			out[labelValue(m, label)] = [2]float64{v[0] + h.GetSampleSum(), v[1] + float64(h.GetSampleCount())}
 		}
 	}
-	return requestCounts(data), waits
+	return out
+}
+
+// labelValue is the value of m's label name ("" when it has none).
+func labelValue(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+// meanGrowth is, for each key, the growth of a sum between two readings of (sum, count)
+// divided by the growth of the count, times scale (keys whose count did not grow are left out).
+func meanGrowth(from, to map[string][2]float64, scale float64) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range to {
+		if c := v[1] - from[k][1]; c > 0 {
+			out[k] = scale * (v[0] - from[k][0]) / c
+		}
+	}
+	return out
 }
 
 func (w *tellWindow) print(b *testing.B, n float64) {
@@ -1023,19 +1035,14 @@ func (w *tellWindow) print(b *testing.B, n float64) {
 	}
 	secs := w.to.Sub(w.from).Seconds()
 	fmt.Printf("    while the hub told the fleet (%.1f s from the failed gate to the last copy told, sampled within 0.1 s; %d clusters told in it): requests per cluster %s\n",
-		secs, w.toldTo-w.toldFrom, perCluster(diff(w.apiFrom, w.apiTo), n))
+		secs, w.told, perCluster(diff(w.apiFrom, w.apiTo), n))
 	cpu := diff(w.cpuFrom, w.cpuTo)
 	for k, v := range cpu {
 		cpu[k] = v / secs
 	}
 	fmt.Printf("      CPU seconds per second in it: %s\n", breakdown(cpu))
-	apf := map[string]float64{}
-	for k, v := range w.apfTo {
-		if c := v[1] - w.apfFrom[k][1]; c > 0 {
-			apf[k] = 1000 * (v[0] - w.apfFrom[k][0]) / c
-		}
-	}
-	fmt.Printf("      the hub API server's priority and fairness in it, mean wait of a request in its queue by priority level (ms): %s\n", breakdown(apf))
+	fmt.Printf("      the hub API server's priority and fairness in it, mean wait of a request in its queue by priority level (ms): %s\n",
+		breakdown(meanGrowth(w.apfFrom, w.apfTo, 1000)))
 	fmt.Printf("      the controller's work queues in it: deepest %s; mean wait of an item before a worker took it (s) %s\n", breakdown(w.queue), breakdown(w.wait))
 }
 
@@ -1053,25 +1060,10 @@ func (p *controllerProcess) queues() (depth map[string]float64, wait map[string]
 	if err != nil {
 		return depth, wait
 	}
-	name := func(m *dto.Metric) string {
-		for _, l := range m.GetLabel() {
-			if l.GetName() == "name" {
-				return l.GetValue()
-			}
-		}
-		return ""
-	}
 	if f := fams["workqueue_depth"]; f != nil {
 		for _, m := range f.GetMetric() {
-			depth[name(m)] += m.GetGauge().GetValue()
+			depth[labelValue(m, "name")] += m.GetGauge().GetValue()
 		}
 	}
-	if f := fams["workqueue_queue_duration_seconds"]; f != nil {
-		for _, m := range f.GetMetric() {
-			h := m.GetHistogram()
-			v := wait[name(m)]
-			wait[name(m)] = [2]float64{v[0] + h.GetSampleSum(), v[1] + float64(h.GetSampleCount())}
-		}
-	}
-	return depth, wait
+	return depth, histogramSums(fams, "workqueue_queue_duration_seconds", "name")
 }
