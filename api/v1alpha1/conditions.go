@@ -51,7 +51,11 @@ const (
 	// ReasonRepeatedFaults (Rollout Waiting, RolloutTarget waitingFor): a step keeps meeting
 	// faults (5xx answers, timeouts) although the member answers its health probe, e.g. a
 	// webhook its API server cannot call; it is retried, never failed.
-	ReasonRepeatedFaults   = "RepeatedFaults"
+	ReasonRepeatedFaults = "RepeatedFaults"
+	// ReasonStalePlan (RolloutTarget waitingFor): the target's journal changed its cluster
+	// after the Rollout read it to plan the target's revision (spec.basis); the Rollout plans
+	// the cluster again from the journal.
+	ReasonStalePlan        = "StalePlan"
 	ReasonStored           = "Stored"
 	ReasonHealthGateFailed = "HealthGateFailed"
 	ReasonPrecheckFailed   = "PrecheckFailed"

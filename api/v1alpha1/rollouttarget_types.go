@@ -103,6 +103,27 @@ type RolloutTargetSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Reason string `json:"reason,omitempty"`
+	// basis is the journal (the target's status) the Rollout planned this revision from. A
+	// cluster whose journal changed it after the Rollout read it (a step past the snapshot
+	// started before the new plan arrived) refuses the plan (status.waitingFor StalePlan),
+	// and the Rollout plans the cluster again from its journal: a cluster planned as "not
+	// changed" is never left changed. Absent: no check (a target written by hand).
+	// +optional
+	Basis *PlanBasis `json:"basis,omitempty"`
+}
+
+// PlanBasis is what the Rollout saw of a cluster's journal when it planned a revision.
+type PlanBasis struct {
+	// revision, path, phase and step are the journal's (status.revision, .path, .phase and
+	// .step) as the Rollout read them; revision 0 is no journal.
+	// +optional
+	Revision int32 `json:"revision,omitempty"`
+	// +optional
+	Path string `json:"path,omitempty"`
+	// +optional
+	Phase string `json:"phase,omitempty"`
+	// +optional
+	Step string `json:"step,omitempty"`
 }
 
 // RolloutTargetStatus is the journal of one cluster's change: every step is recorded before it
@@ -148,7 +169,9 @@ type RolloutTargetStatus struct {
 	// health probe has failed for longer than its unreachableTimeout) or
 	// SnapshotStoreUnavailable (the snapshot cannot be stored; no cluster changes without
 	// it) or RepeatedFaults (a step keeps meeting faults though the member answers its
-	// probe). Empty when it does not wait. The target goes on by itself when the cause is gone.
+	// probe) or StalePlan (the journal changed the cluster after the Rollout read it to plan
+	// spec.revision: the Rollout plans the cluster again). Empty when it does not wait. The
+	// target goes on by itself when the cause is gone.
 	// +optional
 	WaitingFor string `json:"waitingFor,omitempty"`
 	// waitingSince is when the current wait began.
@@ -157,6 +180,19 @@ type RolloutTargetStatus struct {
 	// message explains the phase.
 	// +optional
 	Message string `json:"message,omitempty"`
+	// fromRelease, toRelease, fromManifests and manifests are those of the plan this journal
+	// runs (its spec's when it started): the journal says what it changes even once the spec
+	// holds a newer revision.
+	// +optional
+	FromRelease string `json:"fromRelease,omitempty"`
+	// +optional
+	ToRelease string `json:"toRelease,omitempty"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=71
+	FromManifests string `json:"fromManifests,omitempty"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=71
+	Manifests string `json:"manifests,omitempty"`
 	// startedAt is when the change started.
 	// +optional
 	StartedAt *metav1.Time `json:"startedAt,omitempty"`

@@ -229,6 +229,9 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) (ctrl.Result, erro
 	if err := s.hold(ctx, ro.Spec.Paused); err != nil {
 		return ctrl.Result{}, err
 	}
+	if err := r.replanRefused(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
 	if unseen > 0 {
 		// Every target of the revision was written before the revision was recorded, so the
 		// API server holds them all: one was deleted or rewritten by hand. The rollout cannot

@@ -215,3 +215,58 @@ func TestARollbackIsOpenedInTheWriteThatPlansIt(t *testing.T) {
 		}
 	}
 }
+
+// A target's journal says what its cluster ran last, even when the spec holds a newer
+// revision its executor has not started or refused: a rollback planned from it restores a
+// cluster the journal changed, and leaves one whose next revision never started.
+func TestPreviousIsTheJournal(t *testing.T) {
+	spec := func(rev int32, path, from, to, snap string) v1alpha1.RolloutTargetSpec {
+		return v1alpha1.RolloutTargetSpec{Revision: rev, Path: path, FromRelease: from, ToRelease: to, Snapshot: snap}
+	}
+	for _, tc := range []struct {
+		name string
+		t    v1alpha1.RolloutTarget
+		want Previous
+		// plan is the path a rollback to v1 plans from it.
+		plan string
+	}{{
+		name: "the journal changed the cluster, the spec's newer plan was refused",
+		t: v1alpha1.RolloutTarget{Spec: spec(3, none, "v1", "v1", ""), Status: v1alpha1.RolloutTargetStatus{Revision: 2, Path: upgrade,
+			Phase: v1alpha1.ClusterSucceeded, Step: target.StepDone, FromRelease: "v1", ToRelease: "v2", Snapshot: "s2"}},
+		want: prevUpgrade("v1", "v2", v1alpha1.ClusterSucceeded, target.StepDone, "s2"),
+		plan: restore,
+	}, {
+		name: "the spec's revision not started: the journal before it",
+		t: v1alpha1.RolloutTarget{Spec: spec(3, upgrade, "v1", "v2", "s3"), Status: v1alpha1.RolloutTargetStatus{Revision: 2, Path: upgrade,
+			Phase: v1alpha1.ClusterSucceeded, Step: target.StepDone, FromRelease: "v0", ToRelease: "v1", Snapshot: "s2"}},
+		want: prevUpgrade("v0", "v1", v1alpha1.ClusterSucceeded, target.StepDone, "s2"),
+		plan: none,
+	}, {
+		name: "a journal that does not say its plan (an older controller's): the spec's",
+		t: v1alpha1.RolloutTarget{Spec: spec(2, upgrade, "v1", "v2", "s2"), Status: v1alpha1.RolloutTargetStatus{Revision: 2, Path: upgrade,
+			Phase: v1alpha1.ClusterUpgrading, Step: target.StepHealthGate, Snapshot: "s2"}},
+		want: prevUpgrade("v1", "v2", v1alpha1.ClusterUpgrading, target.StepHealthGate, "s2"),
+		plan: restore,
+	}, {
+		name: "an older controller's journal of another revision: the spec's, not started",
+		t: v1alpha1.RolloutTarget{Spec: spec(3, upgrade, "v1", "v2", "s3"), Status: v1alpha1.RolloutTargetStatus{Revision: 2, Path: upgrade,
+			Phase: v1alpha1.ClusterSucceeded, Step: target.StepDone}},
+		want: prevUpgrade("v1", "v2", v1alpha1.ClusterPending, "", ""),
+		plan: none,
+	}, {
+		name: "no journal",
+		t:    v1alpha1.RolloutTarget{Spec: spec(2, upgrade, "v1", "v2", "s2")},
+		want: prevUpgrade("v1", "v2", v1alpha1.ClusterPending, "", ""),
+		plan: none,
+	}} {
+		got := previousOf(&tc.t)
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("%s: previousOf (-want +got):\n%s", tc.name, diff)
+		}
+		plans := Plan(PlanInput{Rollout: "r", Revision: 4, Release: "v1", PrevRelease: "v2", Clusters: []WaveCluster{{Name: "c"}},
+			Previous: map[string]Previous{"c": got}})
+		if plans[0].Path != tc.plan {
+			t.Errorf("%s: a rollback to v1 plans %s (%s), want %s", tc.name, plans[0].Path, plans[0].Message, tc.plan)
+		}
+	}
+}

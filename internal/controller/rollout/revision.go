@@ -19,6 +19,7 @@ import (
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/analysis"
+	"github.com/rewind-dev/rewind/internal/controller/target"
 	"github.com/rewind-dev/rewind/internal/health"
 	"github.com/rewind-dev/rewind/internal/metrics"
 	"github.com/rewind-dev/rewind/internal/release"
@@ -157,13 +158,39 @@ func (r *Reconciler) prepareRevision(ctx context.Context, s *scope, rel string) 
 		if t.Spec.Revision == revision {
 			continue // planned already (a start the controller did not finish)
 		}
-		prev[name] = Previous{Path: t.Spec.Path, Phase: phaseOf(t), Step: t.Status.Step,
-			FromRelease: t.Spec.FromRelease, ToRelease: t.Spec.ToRelease, FromManifests: t.Spec.FromManifests, Manifests: t.Spec.Manifests,
-			Snapshot: snapshotOf(t)}
+		prev[name] = previousOf(t)
 	}
 	plans := Plan(PlanInput{Rollout: ro.Name, Revision: revision, Release: rel, PrevRelease: ro.Status.CurrentRelease,
 		Clusters: clusters, Previous: prev, Snapshots: snaps, Manifests: manifests})
 	return relObjs, plans, revision, nil
+}
+
+// previousOf is what a target says its cluster last ran: its journal (status), which says
+// what it changes and how far it got, even when the spec holds a newer revision its executor
+// has not started (or refused: StalePlan). A journal an older controller started does not say
+// what it changes: then the spec's plan, when the journal is of it. With no journal of its
+// spec's plan, the spec's plan not started.
+func previousOf(t *v1alpha1.RolloutTarget) Previous {
+	st := &t.Status
+	switch {
+	case st.Revision != 0 && st.ToRelease != "":
+		return Previous{Path: st.Path, Phase: st.Phase, Step: st.Step, FromRelease: st.FromRelease, ToRelease: st.ToRelease,
+			FromManifests: st.FromManifests, Manifests: st.Manifests, Snapshot: st.Snapshot}
+	case st.Revision == t.Spec.Revision && st.Path == t.Spec.Path:
+		return Previous{Path: t.Spec.Path, Phase: st.Phase, Step: st.Step, FromRelease: t.Spec.FromRelease, ToRelease: t.Spec.ToRelease,
+			FromManifests: t.Spec.FromManifests, Manifests: t.Spec.Manifests, Snapshot: snapshotOf(t)}
+	}
+	return Previous{Path: t.Spec.Path, Phase: v1alpha1.ClusterPending, FromRelease: t.Spec.FromRelease, ToRelease: t.Spec.ToRelease,
+		FromManifests: t.Spec.FromManifests, Manifests: t.Spec.Manifests, Snapshot: snapshotOf(t)}
+}
+
+// basisOf is what a plan made from t's journal records of it (spec.basis): its executor
+// refuses the plan when the journal changed the cluster since (target.StalePlan).
+func basisOf(t *v1alpha1.RolloutTarget) *v1alpha1.PlanBasis {
+	if t == nil {
+		return &v1alpha1.PlanBasis{}
+	}
+	return &v1alpha1.PlanBasis{Revision: t.Status.Revision, Path: t.Status.Path, Phase: t.Status.Phase, Step: t.Status.Step}
 }
 
 // snapshotOf is the snapshot a target took or restored.
@@ -175,6 +202,67 @@ func snapshotOf(t *v1alpha1.RolloutTarget) string {
 		return t.Spec.Snapshot
 	}
 	return ""
+}
+
+// replanRefused plans again each target of the current revision whose executor refused its
+// plan (target.Refused: its journal changed the cluster after the plan read it), from the
+// journal as it is now, and writes it with that journal as its basis. A plan that now has
+// something to do is opened by the decision that follows, in its group's turn; one opened
+// before (not a None) stays open.
+func (r *Reconciler) replanRefused(ctx context.Context, s *scope) error {
+	ro := s.ro
+	var refused []*v1alpha1.RolloutTarget
+	for _, t := range s.current() {
+		if target.Refused(t) && !s.isFailedRestore(t) {
+			refused = append(refused, t)
+		}
+	}
+	if len(refused) == 0 {
+		return nil
+	}
+	relObj, _, err := r.Releases.Load(ctx, r.Hub, ro.Namespace, ro.Status.CurrentRelease)
+	if err != nil {
+		return fmt.Errorf("planning again the clusters that refused revision %d: %w", ro.Status.Revision, err)
+	}
+	clusters := make([]WaveCluster, 0, len(refused))
+	prev := map[string]Previous{}
+	for _, t := range refused {
+		clusters = append(clusters, WaveCluster{Name: t.Spec.Cluster, Wave: t.Spec.Wave})
+		prev[t.Spec.Cluster] = previousOf(t)
+	}
+	manifests, err := r.clusterManifests(ctx, ro, relObj, clusters)
+	if err != nil {
+		return err
+	}
+	snaps, err := r.snapshots(ctx, ro)
+	if err != nil {
+		return err
+	}
+	// PrevRelease only matters to a cluster without a previous revision; each of these has one.
+	plans := Plan(PlanInput{Rollout: ro.Name, Revision: ro.Status.Revision, Release: ro.Status.CurrentRelease, PrevRelease: ro.Status.PreviousRelease,
+		Clusters: clusters, Previous: prev, Snapshots: snaps, Manifests: manifests})
+	automatic := ""
+	if h := s.revision(); h != nil && h.Automatic {
+		automatic = h.Reason
+	}
+	return eachTarget(ctx, plans, func(ctx context.Context, p TargetPlan) error {
+		t := s.targets[p.Cluster]
+		was, basis := t.Spec.Path, basisOf(t)
+		changed, err := s.updateTarget(ctx, p.Cluster, func(t *v1alpha1.RolloutTarget) {
+			start := p.Path == v1alpha1.PathNone || (t.Spec.Start && t.Spec.Path != v1alpha1.PathNone)
+			t.Spec.Path, t.Spec.FromRelease, t.Spec.ToRelease, t.Spec.Snapshot = p.Path, p.FromRelease, p.ToRelease, p.Snapshot
+			t.Spec.Manifests, t.Spec.FromManifests, t.Spec.Start, t.Spec.Basis = p.Manifests, p.FromManifests, start, basis
+			t.Spec.Reason = automatic
+			if p.Message != "" && automatic == "" {
+				t.Spec.Reason = p.Message
+			}
+		})
+		if err == nil && changed {
+			s.event("Normal", "Replanned", "%s: its revision %d reached %s after revision %d was planned from it: planned again, %s (was %s)",
+				p.Cluster, basis.Revision, basis.Step, ro.Status.Revision, p.Path, was)
+		}
+		return err
+	})
 }
 
 func dash(s string) string {
@@ -212,6 +300,9 @@ func (r *Reconciler) writeTargets(ctx context.Context, s *scope, revision int32,
 			// so is each cluster a rollback's first group restores now (openedAtOnce).
 			Start:  p.Path == v1alpha1.PathNone || open[p.Cluster],
 			Reason: reason,
+			// What the plan saw of the cluster: its executor refuses a plan its journal has
+			// outrun (target.StalePlan), and replanRefused plans it again.
+			Basis: basisOf(s.targets[p.Cluster]),
 		}
 		if p.Message != "" && reason == "" {
 			spec.Reason = p.Message

@@ -64,7 +64,8 @@ func (s *scope) setWaiting() {
 	var parts []string
 	reason, n := "", 0
 	for _, t := range s.current() {
-		if t.Status.WaitingFor == "" || target.Terminal(phaseOf(t)) {
+		// A plan refused as stale is planned again by this controller: nobody waits on it.
+		if t.Status.WaitingFor == "" || t.Status.WaitingFor == v1alpha1.ReasonStalePlan || target.Terminal(phaseOf(t)) {
 			continue
 		}
 		n++

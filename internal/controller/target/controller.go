@@ -115,6 +115,13 @@ type Reconciler struct {
 	credentials revisionSecrets
 }
 
+func dashIfEmpty(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
 func (r *Reconciler) now() time.Time {
 	if r.Now != nil {
 		return r.Now()
@@ -184,12 +191,33 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 func (r *Reconciler) reconcile(ctx context.Context, x *execution) (ctrl.Result, error) {
 	t := x.t
 	st := &t.Status
+	gen := t.Generation
+	if st.Revision != t.Spec.Revision && StalePlan(t.Spec.Basis, st) {
+		// The journal changed the cluster after the Rollout read it to plan this revision: the
+		// plan may leave the cluster changed ("nothing to roll back"). It is not run; the
+		// journal stays as it is, and the Rollout plans the cluster again from it.
+		st.ObservedGeneration = t.Generation
+		msg := fmt.Sprintf("revision %d was planned from this cluster's revision %d at %s (%s), but that revision has since reached %s (%s) and may have changed the cluster: the rollout plans it again",
+			t.Spec.Revision, t.Spec.Basis.Revision, dashIfEmpty(t.Spec.Basis.Step), dashIfEmpty(t.Spec.Basis.Phase), dashIfEmpty(st.Step), st.Phase)
+		if st.WaitingFor != v1alpha1.ReasonStalePlan {
+			now := metav1.NewTime(r.now())
+			st.WaitingFor, st.WaitingSince = v1alpha1.ReasonStalePlan, &now
+			x.waitingEvent(msg)
+		}
+		st.Message = msg
+		return ctrl.Result{}, nil
+	}
 	if st.Revision != t.Spec.Revision || st.Path != t.Spec.Path {
 		// A new plan (a new revision, or a path the Rollout's failure policy changed): a new
 		// journal. The metric results are kept, each stamped with its revision, so that the
 		// rollback of a revision that failed its metrics still shows why; they never count
 		// for another revision (analyze drops them before it measures).
 		*st = v1alpha1.RolloutTargetStatus{Revision: t.Spec.Revision, Path: t.Spec.Path, Phase: v1alpha1.ClusterPending, Metrics: st.Metrics}
+	}
+	if st.ToRelease == "" {
+		// The journal says what it changes (a journal an older controller started says it
+		// from now on).
+		st.FromRelease, st.ToRelease, st.FromManifests, st.Manifests = t.Spec.FromRelease, t.Spec.ToRelease, t.Spec.FromManifests, t.Spec.Manifests
 	}
 	st.ObservedGeneration = t.Generation
 	if !t.Spec.Start {
@@ -225,6 +253,13 @@ func (r *Reconciler) reconcile(ctx context.Context, x *execution) (ctrl.Result, 
 		if Journaled(st.Step) {
 			if err := x.patch(ctx); err != nil {
 				return ctrl.Result{}, err // patched again, and folded, by Reconcile
+			}
+			if t.Generation != gen {
+				// The spec changed under this reconcile (the write went through over a fresh
+				// read that holds it): the step is on record but does not run on an old
+				// spec. The next reconcile starts from the new one (and refuses a new plan
+				// made before this step was on record: StalePlan).
+				return ctrl.Result{RequeueAfter: patch.ConflictRequeue}, nil
 			}
 		}
 		if r.CrashAt != nil && r.CrashAt(t.Spec.Cluster, st.Step) {

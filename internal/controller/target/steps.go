@@ -113,6 +113,27 @@ func Changed(path, phase, step string) bool {
 	return false
 }
 
+// StalePlan says whether a plan made from basis (what the Rollout read of the journal) no
+// longer holds for the journal st: the journal has (possibly) changed the cluster, and the
+// Rollout did not see that journal change it. A plan made from a cluster seen unchanged (a
+// RollbackAll's "nothing to roll back", an upgrade from the release it ran) would leave it on
+// what its journal applied. A journal that changed nothing since, or whose change the Rollout
+// saw, keeps the plan; so does a plan without a basis (a target written by hand).
+func StalePlan(basis *v1alpha1.PlanBasis, st *v1alpha1.RolloutTargetStatus) bool {
+	if basis == nil || !Changed(st.Path, st.Phase, st.Step) {
+		return false
+	}
+	sameJournal := basis.Revision == st.Revision && basis.Path == st.Path
+	return !sameJournal || !Changed(basis.Path, basis.Phase, basis.Step)
+}
+
+// Refused says whether t's executor refused its current plan as stale (StalePlan): the
+// Rollout plans the cluster again.
+func Refused(t *v1alpha1.RolloutTarget) bool {
+	return t.Status.WaitingFor == v1alpha1.ReasonStalePlan && t.Status.Revision != t.Spec.Revision &&
+		t.Status.ObservedGeneration == t.Generation
+}
+
 // Terminal says whether a phase is final for its revision.
 func Terminal(phase string) bool {
 	switch phase {

@@ -1,0 +1,149 @@
+//go:build !unit
+
+package orchestration
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/controller"
+	"github.com/rewind-dev/rewind/internal/controller/rollout"
+	"github.com/rewind-dev/rewind/internal/controller/target"
+	"github.com/rewind-dev/rewind/internal/testbed/testenv"
+)
+
+// A rollback is planned from each cluster's journal as the Rollout reads it. A cluster whose
+// upgrade was still at its snapshot then, and that changed before its new plan reached it
+// (its plan said "not changed: nothing to roll back"), is not left on the release it upgraded
+// to: its executor refuses the plan as stale, and the Rollout plans it again (a restore).
+//
+// member2's upgrade holds at its snapshot until the rollback is planned; the Rollout's write
+// of member2's plan is held on the way to the hub until member2 has finished its upgrade; then
+// it lands.
+func TestARollbackPlannedBeforeAClusterChangedRestoresIt(t *testing.T) {
+	f := newFleet(t, []v1alpha1.Wave{{Name: "all", Clusters: []string{"member1", "member2"}, MaxConcurrency: 2}})
+	const deadline = 3 * time.Minute
+
+	var armed atomic.Bool
+	// ended lets every hold go when the test ends early (the manager stops after it).
+	ended := make(chan struct{})
+	atSnapshot, goOn := make(chan struct{}), make(chan struct{})
+	var holdOnce sync.Once
+	crashAt := func(cluster, step string) bool {
+		if armed.Load() && cluster == "member2" && step == target.StepSnapshot {
+			holdOnce.Do(func() {
+				close(atSnapshot)
+				select {
+				case <-goOn:
+				case <-ended:
+				}
+			})
+		}
+		return false
+	}
+	// The plan's write of member2's target for revision 3 (the rollback).
+	member2Target := "/rollouttargets/" + rollout.TargetName(f.Name, "member2")
+	planHeld, planGoes := make(chan struct{}), make(chan struct{})
+	var planOnce sync.Once
+	cfg := testenv.ControllerConfig(t, suite.Env.Hub, f.NS)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripper(func(req *http.Request) (*http.Response, error) {
+			if req.Method == http.MethodPatch && strings.HasSuffix(req.URL.Path, member2Target) && req.Body != nil {
+				body, err := io.ReadAll(req.Body)
+				if err != nil {
+					return nil, err
+				}
+				req.Body = io.NopCloser(bytes.NewReader(body))
+				if bytes.Contains(body, []byte(`"revision":3`)) {
+					planOnce.Do(func() {
+						close(planHeld)
+						select {
+						case <-planGoes:
+						case <-ended:
+						}
+					})
+				}
+			}
+			return rt.RoundTrip(req)
+		})
+	})
+	startManagerWith(t, cfg, controller.Options{CrashAt: crashAt})
+	t.Cleanup(func() { close(ended) })
+
+	f.WaitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	f.Populate()
+	armed.Store(true)
+	f.SetRelease("mysql-b", nil)
+	waitClosed(t, atSnapshot, deadline, "member2's upgrade to reach its snapshot")
+
+	// member2's journal says Snapshot: the rollback plans it as not changed.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		ro := f.Rollout()
+		ro.Spec.Release = "mysql-a"
+		return f.Hub().Update(t.Context(), ro)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	waitClosed(t, planHeld, deadline, "the rollback's write of member2's plan")
+	close(goOn)
+	// member2 goes on with its upgrade (the journal on the hub is written, the plan is not).
+	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, deadline, true, func(ctx context.Context) (bool, error) {
+		st := f.Target("member2").Status
+		return st.Revision == 2 && st.Phase == v1alpha1.ClusterSucceeded, nil
+	})
+	if err != nil {
+		t.Fatalf("member2's upgrade did not finish: %+v", f.Target("member2").Status)
+	}
+	close(planGoes)
+
+	f.WaitPhase("mysql-a", v1alpha1.RolloutRolledBack, deadline)
+	tg := f.Target("member2")
+	if tg.Spec.Path != v1alpha1.PathRestore || tg.Status.Phase != v1alpha1.ClusterRolledBack {
+		t.Errorf("member2 changed after the rollback was planned: it must be restored, got path %s phase %s (%s)", tg.Spec.Path, tg.Status.Phase, tg.Status.Message)
+	}
+	f.WaitEvent("Replanned", "member2")
+	snaps := f.SnapshotsOf(2)
+	for _, m := range suite.Env.Members[:2] {
+		if rec := f.Record(m); rec == nil || rec.Release != "mysql-a" {
+			t.Errorf("%s runs %+v after the rollback, want mysql-a", m.Name, rec)
+		}
+		f.AssertEqualsSnapshot(m, snaps[m.Name])
+	}
+}
+
+// startManagerWith runs a manager on cfg until the test ends.
+func startManagerWith(t *testing.T, cfg *rest.Config, o controller.Options) {
+	t.Helper()
+	o.MetricsAddr, o.ProbeAddr, o.SkipNameValidation = "0", "0", true
+	o.GatePoll, o.ProbeInterval = 300*time.Millisecond, 500*time.Millisecond
+	mgr, err := controller.NewManager(cfg, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.RunManager(t, mgr)
+}
+
+func waitClosed(t *testing.T, ch <-chan struct{}, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(d):
+		t.Fatalf("waited %s for %s", d, what)
+	}
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
