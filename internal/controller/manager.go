@@ -265,7 +265,7 @@ func setupReconcilers(mgr ctrl.Manager, o Options) (*member.Cache, error) {
 	if err := (&operatorrelease.Reconciler{Client: hub, Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("rewind-operatorrelease")}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the OperatorRelease controller: %w", err)
 	}
-	ro := &rollout.Reconciler{Client: mgr.GetClient(), Hub: hub, Live: mgr.GetAPIReader(), Releases: releases, Recorder: mgr.GetEventRecorder("rewind-rollout")}
+	ro := &rollout.Reconciler{Client: mgr.GetClient(), Hub: hub, Live: mgr.GetAPIReader(), Releases: releases, Probes: probes, Recorder: mgr.GetEventRecorder("rewind-rollout")}
 	if err := ro.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the Rollout controller: %w", err)
 	}

@@ -354,9 +354,9 @@ func TestMemberCutOffPastItsTimeoutWaitsThenGoesOn(t *testing.T) {
 	f.SetRelease("mysql-b", nil)
 
 	var ro *v1alpha1.Rollout
-	// 4 minutes: the Rollout's preflight reads the cut-off member first (each read a refused
-	// discovery, retried for about 18 s; about 95 s in all in CI run 4 of 2026-12-03, where 2
-	// minutes ran out 25 s before the target's wait could be seen).
+	// The Rollout's preflight reads each member before the wave opens: the cut-off one is not
+	// read past its budget (each refused read is retried: about 95 s in all before the budget,
+	// in CI run 4 of 2026-12-03), or not at all once its health probe finds it unreachable.
 	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
 		ro = f.Rollout()
 		c := meta.FindStatusCondition(ro.Status.Conditions, v1alpha1.ConditionWaiting)
@@ -367,6 +367,10 @@ func TestMemberCutOffPastItsTimeoutWaitsThenGoesOn(t *testing.T) {
 	}
 	if st := f.Target(cut).Status; st.WaitingFor != v1alpha1.ReasonMemberUnreachable || st.Phase != v1alpha1.ClusterUpgrading {
 		t.Errorf("%s's target must wait: %+v", cut, st)
+	}
+	if c := meta.FindStatusCondition(ro.Status.Conditions, v1alpha1.ConditionPreflight); c == nil ||
+		!(strings.Contains(c.Message, cut+" (not read within") || strings.Contains(c.Message, cut+" (unreachable since")) {
+		t.Errorf("the preflight must not read %s past its budget, nor once its probe finds it unreachable: %+v", cut, c)
 	}
 	assertNoFailure(t, f)
 

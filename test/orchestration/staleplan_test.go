@@ -147,3 +147,71 @@ func waitClosed(t *testing.T, ch <-chan struct{}, d time.Duration, what string) 
 type roundTripper func(*http.Request) (*http.Response, error)
 
 func (f roundTripper) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// A step is on record before it runs; when that record's write lands over a spec changed
+// meanwhile (the rollback's plan of the cluster, written while its snapshot was taken), the
+// step does not run on the new spec: the executor starts again from it, refuses the plan its
+// journal outran, and the cluster is restored to the snapshot.
+func TestAStepDoesNotRunOnASpecThatChangedUnderIt(t *testing.T) {
+	f := newFleet(t, []v1alpha1.Wave{{Name: "all", Clusters: []string{"member1", "member2"}, MaxConcurrency: 2}})
+	const deadline = 3 * time.Minute
+	var armed, replanned atomic.Bool
+	var afterSnapshot atomic.Int32
+	var holdOnce sync.Once
+	crashAt := func(cluster, step string) bool {
+		if !armed.Load() || cluster != "member2" {
+			return false
+		}
+		switch {
+		case step == target.StepSnapshot:
+			holdOnce.Do(func() {
+				// While member2 is about to take its snapshot, the rollback is planned and
+				// written: member2's journal says Snapshot.
+				err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+					ro := f.Rollout()
+					ro.Spec.Release = "mysql-a"
+					return f.Hub().Update(context.Background(), ro)
+				})
+				if err == nil {
+					err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, deadline, true, func(ctx context.Context) (bool, error) {
+						return f.Target("member2").Spec.Revision == 3, nil
+					})
+				}
+				if err != nil {
+					t.Errorf("the rollback's plan of member2: %v", err)
+				}
+			})
+		case !replanned.Load() && step != target.StepPrecheck:
+			// A step of the upgrade after its snapshot, before member2 was planned again.
+			if tg := f.Target("member2"); tg.Spec.Path != v1alpha1.PathRestore {
+				afterSnapshot.Add(1)
+				t.Logf("member2 ran %s with spec revision %d path %s", step, tg.Spec.Revision, tg.Spec.Path)
+			} else {
+				replanned.Store(true)
+			}
+		}
+		return false
+	}
+	startManager(t, f.NS, crashAt)
+	f.WaitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	f.Populate()
+	armed.Store(true)
+	f.SetRelease("mysql-b", nil)
+	f.WaitPhase("mysql-a", v1alpha1.RolloutRolledBack, deadline)
+	if n := afterSnapshot.Load(); n > 0 {
+		t.Errorf("member2 ran %d steps of its upgrade after the rollback's plan replaced its spec", n)
+	}
+	tg := f.Target("member2")
+	if tg.Spec.Path != v1alpha1.PathRestore || tg.Status.Phase != v1alpha1.ClusterRolledBack {
+		t.Errorf("member2 journaled a change after the rollback read it: it must be restored, got path %s phase %s (%s)", tg.Spec.Path, tg.Status.Phase, tg.Status.Message)
+	}
+	snaps := f.SnapshotsOf(2)
+	for _, m := range suite.Env.Members[:2] {
+		if rec := f.Record(m); rec == nil || rec.Release != "mysql-a" {
+			t.Errorf("%s runs %+v after the rollback, want mysql-a", m.Name, rec)
+		}
+		if s := snaps[m.Name]; s != "" {
+			f.AssertEqualsSnapshot(m, s)
+		}
+	}
+}

@@ -32,6 +32,7 @@ import (
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/controller/target"
+	"github.com/rewind-dev/rewind/internal/member"
 	"github.com/rewind-dev/rewind/internal/metrics"
 	"github.com/rewind-dev/rewind/internal/patch"
 	"github.com/rewind-dev/rewind/internal/release"
@@ -49,6 +50,9 @@ type Reconciler struct {
 	Live client.Reader
 	// Releases caches releases' manifests.
 	Releases *release.Cache
+	// Probes says which members the health probe finds unreachable (nil: none is); the
+	// preflight does not read them.
+	Probes *member.Prober
 	// Recorder records Events on Rollouts.
 	Recorder events.EventRecorder
 	// Now is the clock.

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,6 +24,12 @@ const preflightMaxObjects = 2000
 
 // preflightConcurrency is how many members the preflight reads at once.
 const preflightConcurrency = 8
+
+// preflightMemberBudget bounds the preflight's reads of one member. A member that does not
+// answer (cut off, its connections refused: each request retried, about 95 s in all) is not
+// checked rather than holding every cluster's wave; its target then waits for it as any
+// unreachable member's does.
+const preflightMemberBudget = 30 * time.Second
 
 // preflightMessageLimit bounds the findings listed in the Preflight condition's message.
 const preflightMessageLimit = 10
@@ -96,8 +103,33 @@ func (r *Reconciler) runPreflight(ctx context.Context, s *scope, rel string, obj
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			fs, err := r.preflightCluster(ctx, name, crds)
-			results[i] = clusterPreflight{cluster: name, findings: fs, err: err}
+			if since, lastErr, ok := r.Probes.Unreachable(name); ok {
+				// Its health probe fails: not read (it would only cost the budget).
+				results[i] = clusterPreflight{cluster: name, err: fmt.Errorf("unreachable since %s: %s", since.UTC().Format(time.RFC3339), lastErr)}
+				return
+			}
+			mctx, cancel := context.WithTimeout(ctx, preflightMemberBudget)
+			defer cancel()
+			// Waited for no longer than the budget: not every read stops with its context (a
+			// REST mapper's discovery does not take one); one left behind ends by itself.
+			done := make(chan clusterPreflight, 1)
+			go func() {
+				fs, err := r.preflightCluster(mctx, name, crds)
+				done <- clusterPreflight{cluster: name, findings: fs, err: err}
+			}()
+			select {
+			case res := <-done:
+				if res.err != nil && mctx.Err() != nil && ctx.Err() == nil {
+					res.err = fmt.Errorf("not read within %s: %w", preflightMemberBudget, res.err)
+				}
+				results[i] = res
+			case <-mctx.Done():
+				err := ctx.Err()
+				if err == nil {
+					err = fmt.Errorf("not read within %s", preflightMemberBudget)
+				}
+				results[i] = clusterPreflight{cluster: name, err: err}
+			}
 		}()
 	}
 	wg.Wait()
