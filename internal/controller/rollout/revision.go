@@ -172,16 +172,16 @@ func (r *Reconciler) prepareRevision(ctx context.Context, s *scope, rel string) 
 // spec's plan, the spec's plan not started.
 func previousOf(t *v1alpha1.RolloutTarget) Previous {
 	st := &t.Status
-	switch {
-	case st.Revision != 0 && st.ToRelease != "":
+	if st.Revision != 0 && st.ToRelease != "" {
 		return Previous{Path: st.Path, Phase: st.Phase, Step: st.Step, FromRelease: st.FromRelease, ToRelease: st.ToRelease,
 			FromManifests: st.FromManifests, Manifests: st.Manifests, Snapshot: st.Snapshot}
-	case st.Revision == t.Spec.Revision && st.Path == t.Spec.Path:
-		return Previous{Path: t.Spec.Path, Phase: st.Phase, Step: st.Step, FromRelease: t.Spec.FromRelease, ToRelease: t.Spec.ToRelease,
-			FromManifests: t.Spec.FromManifests, Manifests: t.Spec.Manifests, Snapshot: snapshotOf(t)}
 	}
-	return Previous{Path: t.Spec.Path, Phase: v1alpha1.ClusterPending, FromRelease: t.Spec.FromRelease, ToRelease: t.Spec.ToRelease,
+	p := Previous{Path: t.Spec.Path, Phase: v1alpha1.ClusterPending, FromRelease: t.Spec.FromRelease, ToRelease: t.Spec.ToRelease,
 		FromManifests: t.Spec.FromManifests, Manifests: t.Spec.Manifests, Snapshot: snapshotOf(t)}
+	if st.Revision == t.Spec.Revision && st.Path == t.Spec.Path {
+		p.Phase, p.Step = st.Phase, st.Step
+	}
+	return p
 }
 
 // basisOf is what a plan made from t's journal records of it (spec.basis): its executor

@@ -115,13 +115,6 @@ type Reconciler struct {
 	credentials revisionSecrets
 }
 
-func dashIfEmpty(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
 func (r *Reconciler) now() time.Time {
 	if r.Now != nil {
 		return r.Now()
@@ -198,7 +191,7 @@ func (r *Reconciler) reconcile(ctx context.Context, x *execution) (ctrl.Result, 
 		// journal stays as it is, and the Rollout plans the cluster again from it.
 		st.ObservedGeneration = t.Generation
 		msg := fmt.Sprintf("revision %d was planned from this cluster's revision %d at %s (%s), but that revision has since reached %s (%s) and may have changed the cluster: the rollout plans it again",
-			t.Spec.Revision, t.Spec.Basis.Revision, dashIfEmpty(t.Spec.Basis.Step), dashIfEmpty(t.Spec.Basis.Phase), dashIfEmpty(st.Step), st.Phase)
+			t.Spec.Revision, t.Spec.Basis.Revision, dash(t.Spec.Basis.Step), dash(t.Spec.Basis.Phase), dash(st.Step), st.Phase)
 		if st.WaitingFor != v1alpha1.ReasonStalePlan {
 			now := metav1.NewTime(r.now())
 			st.WaitingFor, st.WaitingSince = v1alpha1.ReasonStalePlan, &now
