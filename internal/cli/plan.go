@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -17,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/fault"
 	"github.com/rewind-dev/rewind/internal/member"
 	"github.com/rewind-dev/rewind/internal/preflight"
 )
@@ -34,12 +36,17 @@ type ClusterPreflight struct {
 // planDefaultMaxObjects bounds the custom resources read per CRD and cluster.
 const planDefaultMaxObjects = 10000
 
+// planDefaultMemberTimeout bounds the plan of one cluster (--member-timeout): a cut-off
+// member's requests are each refused and retried, for minutes in all.
+const planDefaultMemberTimeout = 2 * time.Minute
+
 // planConcurrency is how many members are read at once.
 const planConcurrency = 4
 
 func newPlanCommand(h *hubFlags) *cobra.Command {
 	var rel, output string
 	var maxObjects int
+	var memberTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "plan ROLLOUT [--release R]",
 		Short: "Show, per cluster, what a release would do to the CRDs and custom resources before it rolls",
@@ -65,8 +72,10 @@ against them, without changing anything:
     (Secret values are never shown), and what validation, admission or webhooks refuse. The
     dry run uses the release's own manifests (not spec.valuesFrom renderings).
 
-At most --max-objects custom resources are read per CRD and cluster. Exits non-zero when a
-finding has error severity or a cluster cannot be read.`,
+At most --max-objects custom resources are read per CRD and cluster. A cluster not planned
+within --member-timeout (one that does not answer: a fault is retried until then) is reported
+as not planned, and the others are planned all the same. Exits non-zero when a finding has
+error severity or a cluster cannot be read.`,
 		Example: `  rewind plan mysql
   rewind plan mysql --release mysql-v2 -n team-a
   rewind plan mysql --release mysql-v2 --max-objects 500 -o json`,
@@ -76,11 +85,14 @@ finding has error severity or a cluster cannot be read.`,
 			if maxObjects < 1 {
 				return fmt.Errorf("--max-objects must be at least 1, got %d", maxObjects)
 			}
+			if memberTimeout < 0 {
+				return fmt.Errorf("--member-timeout must not be negative, got %s (0: no limit)", memberTimeout)
+			}
 			c, err := h.client()
 			if err != nil {
 				return err
 			}
-			plans, relName, err := planRollout(cmd.Context(), c, h.ns(), args[0], rel, maxObjects)
+			plans, relName, err := planRollout(cmd.Context(), c, h.ns(), args[0], rel, maxObjects, memberTimeout)
 			if err != nil {
 				return err
 			}
@@ -109,14 +121,15 @@ finding has error severity or a cluster cannot be read.`,
 	}
 	cmd.Flags().StringVar(&rel, "release", "", "the OperatorRelease to plan (default: the rollout's spec.release)")
 	cmd.Flags().IntVar(&maxObjects, "max-objects", planDefaultMaxObjects, "custom resources read and checked per CRD and cluster, at most")
+	cmd.Flags().DurationVar(&memberTimeout, "member-timeout", planDefaultMemberTimeout, "how long one cluster is planned for at most before it is reported as not planned (0: no limit)")
 	outputFlag(cmd, &output)
 	_ = cmd.RegisterFlagCompletionFunc("release", h.completeFlag(listReleases))
 	return cmd
 }
 
 // planRollout plans release relName (the rollout's spec.release when "") on every cluster of
-// the rollout's waves.
-func planRollout(ctx context.Context, c client.Client, ns, rolloutName, relName string, maxObjects int) ([]ClusterPreflight, string, error) {
+// the rollout's waves, each cluster for at most memberTimeout (0: no limit).
+func planRollout(ctx context.Context, c client.Client, ns, rolloutName, relName string, maxObjects int, memberTimeout time.Duration) ([]ClusterPreflight, string, error) {
 	ro, err := getRollout(ctx, c, ns, rolloutName)
 	if err != nil {
 		return nil, "", err
@@ -153,9 +166,13 @@ func planRollout(ctx context.Context, c client.Client, ns, rolloutName, relName 
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			p := ClusterPreflight{Cluster: cw.mc.Name, Wave: cw.wave}
-			if err := planCluster(ctx, c, cw.mc, ro, objs, crds, maxObjects, &p); err != nil {
+			mp, err := fault.Within(ctx, memberTimeout, "planned", func(ctx context.Context) (preflight.MemberPlan, error) {
+				return planCluster(ctx, c, cw.mc, ro, objs, crds, maxObjects)
+			})
+			if err != nil {
 				p.Error = err.Error()
 			}
+			p.MemberPlan = mp
 			plans[i] = p
 		}()
 	}
@@ -210,22 +227,21 @@ func rolloutClusters(ro *v1alpha1.Rollout, members []v1alpha1.MemberCluster) ([]
 
 // planCluster plans the release on one member: its CRDs and custom resources, the dry run of
 // the apply, and the snapshot's time at the capture rate rewind last measured there.
-func planCluster(ctx context.Context, hub client.Client, mc *v1alpha1.MemberCluster, ro *v1alpha1.Rollout, objs []*unstructured.Unstructured, crds map[string]*apiextensionsv1.CustomResourceDefinition, maxObjects int, p *ClusterPreflight) error {
+func planCluster(ctx context.Context, hub client.Client, mc *v1alpha1.MemberCluster, ro *v1alpha1.Rollout, objs []*unstructured.Unstructured, crds map[string]*apiextensionsv1.CustomResourceDefinition, maxObjects int) (preflight.MemberPlan, error) {
 	cfg, err := member.ConfigFor(ctx, hub, mc)
 	if err != nil {
-		return err
+		return preflight.MemberPlan{}, err
 	}
 	cl, err := member.New(mc.Name, cfg)
 	if err != nil {
-		return err
+		return preflight.MemberPlan{}, err
 	}
 	m, err := preflight.LastMeasurement(ctx, hub, ro.Namespace, mc.Name, ro.Spec.Operator)
 	if err != nil {
-		return hubError(err)
+		return preflight.MemberPlan{}, hubError(err)
 	}
-	p.MemberPlan, err = preflight.PlanMember(ctx, cl, preflight.MemberOptions{Operator: ro.Spec.Operator, Objects: objs, CRDs: crds,
+	return preflight.PlanMember(ctx, cl, preflight.MemberOptions{Operator: ro.Spec.Operator, Objects: objs, CRDs: crds,
 		Namespace: ro.Spec.InstallNamespace, MaxObjects: maxObjects, Measurement: m})
-	return err
 }
 
 func printPlan(w io.Writer, plans []ClusterPreflight) {

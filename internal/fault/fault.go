@@ -13,6 +13,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -156,4 +157,78 @@ func Retry(ctx context.Context, steps int, fn func() error) error {
 		case <-t.C:
 		}
 	}
+}
+
+// Within runs fn with a context that ends after budget, and waits for it no longer than that
+// (and a moment, withinGrace, for its own error): not every call stops with its context (a
+// REST mapper's discovery takes none), and a member that does not answer must not hold the
+// caller past its budget. A call left behind when the
+// budget ends finishes on its own (its requests are retried a bounded number of times); its
+// result is dropped. Past the budget the error says what was not done within it (what: "read",
+// "planned"), with fn's own error when fn returned one; it wraps context.DeadlineExceeded (a
+// fault: IsTransient). When ctx itself ends first, ctx's error is returned. budget <= 0: no
+// budget, fn runs with ctx.
+func Within[T any](ctx context.Context, budget time.Duration, what string, fn func(context.Context) (T, error)) (T, error) {
+	if budget <= 0 {
+		return fn(ctx)
+	}
+	bctx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := fn(bctx)
+		done <- result{v, err}
+	}()
+	var res result
+	select {
+	case res = <-done:
+	case <-bctx.Done():
+		// A call that stops with its context gets a moment to say why.
+		t := time.NewTimer(withinGrace)
+		defer t.Stop()
+		select {
+		case res = <-done:
+		case <-t.C:
+			if err := ctx.Err(); err != nil {
+				return res.v, err
+			}
+			return res.v, &BudgetError{Budget: budget, What: what}
+		}
+	}
+	if res.err != nil && bctx.Err() != nil && ctx.Err() == nil {
+		return res.v, &BudgetError{Budget: budget, What: what, Err: res.err}
+	}
+	return res.v, res.err
+}
+
+// withinGrace is how long Within waits, past the budget, for a call that stops with its
+// context to return its own error.
+const withinGrace = 250 * time.Millisecond
+
+// BudgetError is a call Within stopped waiting for at its budget.
+type BudgetError struct {
+	Budget time.Duration
+	// What was not done: "read", "planned".
+	What string
+	// Err is the call's own error, when it returned one as its context ended.
+	Err error
+}
+
+func (e *BudgetError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("not %s within %s: %v", e.What, e.Budget, e.Err)
+	}
+	return fmt.Sprintf("not %s within %s", e.What, e.Budget)
+}
+
+// Unwrap is context.DeadlineExceeded and the call's own error.
+func (e *BudgetError) Unwrap() []error {
+	if e.Err != nil {
+		return []error{context.DeadlineExceeded, e.Err}
+	}
+	return []error{context.DeadlineExceeded}
 }

@@ -201,3 +201,52 @@ func TestRetry(t *testing.T) {
 		t.Errorf("faults are retried until the context ends: err %v, context %v", err, short.Err())
 	}
 }
+
+// Within returns what the call returns in its budget; past it, it stops waiting, even for a
+// call that ignores its context, and says what was not done; a caller's own end wins.
+func TestWithin(t *testing.T) {
+	ctx := context.Background()
+	v, err := fault.Within(ctx, time.Minute, "read", func(context.Context) (int, error) { return 7, nil })
+	if v != 7 || err != nil {
+		t.Errorf("a call in its budget: %d, %v; want 7, nil", v, err)
+	}
+	notFound := apierrors.NewNotFound(gr, "x")
+	if _, err := fault.Within(ctx, time.Minute, "read", func(context.Context) (int, error) { return 0, notFound }); err != notFound {
+		t.Errorf("a call's own error in its budget is returned as it is: %v", err)
+	}
+
+	// A call that ignores its context (a discovery read): not waited for past the budget.
+	release := make(chan struct{})
+	defer close(release)
+	start := time.Now()
+	_, err = fault.Within(ctx, 100*time.Millisecond, "planned", func(context.Context) (int, error) { <-release; return 1, nil })
+	var be *fault.BudgetError
+	if !errors.As(err, &be) || err.Error() != "not planned within 100ms" || !errors.Is(err, context.DeadlineExceeded) || !fault.IsTransient(err) {
+		t.Errorf("a call past its budget: %v (%T), want a transient BudgetError %q", err, err, "not planned within 100ms")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("waited %s for a call past its 100ms budget", d)
+	}
+
+	// A call that stops with its context: its error is kept beside the budget's.
+	refused := errors.New("connection refused")
+	_, err = fault.Within(ctx, 50*time.Millisecond, "read", func(c context.Context) (int, error) {
+		<-c.Done()
+		return 0, fmt.Errorf("listing CRDs: %w", refused)
+	})
+	if !errors.As(err, &be) || !errors.Is(err, refused) || err.Error() != "not read within 50ms: listing CRDs: connection refused" {
+		t.Errorf("a call that ended with its budget: %v", err)
+	}
+
+	// The caller's context ends first: its error, not the budget's.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := fault.Within(cctx, time.Minute, "read", func(c context.Context) (int, error) { <-c.Done(); return 0, c.Err() }); !errors.Is(err, context.Canceled) || errors.As(err, &be) {
+		t.Errorf("a caller's context that ended: %v, want context.Canceled", err)
+	}
+
+	// No budget: the call runs with the caller's context.
+	if v, err := fault.Within(ctx, 0, "read", func(c context.Context) (int, error) { return 3, c.Err() }); v != 3 || err != nil {
+		t.Errorf("no budget: %d, %v", v, err)
+	}
+}

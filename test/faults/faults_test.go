@@ -11,6 +11,7 @@ package faults
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/cli"
 	"github.com/rewind-dev/rewind/internal/controller"
 	"github.com/rewind-dev/rewind/internal/controller/target"
 	"github.com/rewind-dev/rewind/internal/testbed"
@@ -381,4 +383,77 @@ func TestMemberCutOffPastItsTimeoutWaitsThenGoesOn(t *testing.T) {
 	}
 	assertNoFailure(t, f)
 	assertRuns(t, f, "mysql-b")
+}
+
+// A dry run (spec.dryRun) and rewind plan while one member is cut off: the others are planned,
+// and the cut-off one is reported as not planned, not waited for. Before, each of its refused
+// requests was retried and the plan of the member started again from the beginning up to four
+// times: the Planned condition came minutes later (the preflight's budget, be098c0, did not
+// cover the dry run), and rewind plan waited as long.
+func TestDryRunAndPlanGoOnPastACutOffMember(t *testing.T) {
+	f := suite.New(t, allAtOnce())
+	suite.StartManager(t, f.NS, controller.Options{})
+	f.WaitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	const cut = "member3"
+	suite.SetUnreachableTimeout(t, cut, 5*time.Second)
+	inject(t, testbed.Faults{}) // the proxy in place; member3 alone is cut off
+	suite.Member(t, cut).Faults().RefuseFor(10 * time.Minute)
+
+	// rewind plan: the cut-off member past --member-timeout is reported, the others planned.
+	start := time.Now()
+	out, err := cli.Run(t.Context(), "plan", f.Name, "--release", "mysql-b", "--member-timeout", "10s", "--kubeconfig", suite.Env.Hub.Kubeconfig, "-n", f.NS)
+	took := time.Since(start)
+	if err == nil || !strings.Contains(err.Error(), "1 of 3 clusters could not be planned") {
+		t.Errorf("rewind plan must fail for the cut-off member alone: %v\n%s", err, out)
+	}
+	if took > time.Minute {
+		t.Errorf("rewind plan took %s with --member-timeout 10s", took.Round(time.Second))
+	}
+	plans := strings.Split(out, "\n")
+	for _, m := range []string{"member1", "member2"} {
+		i := slices.IndexFunc(plans, func(l string) bool { return strings.HasPrefix(l, m+" ") })
+		if i < 0 || !strings.Contains(plans[i], "mysql-a") {
+			t.Errorf("rewind plan must plan %s (installed mysql-a):\n%s", m, out)
+		}
+	}
+	if !strings.Contains(out, cut+":\n  cannot be planned: not planned within 10s") {
+		t.Errorf("rewind plan must say %s was not planned within 10s:\n%s", cut, out)
+	}
+
+	// The controller's probe finds member3 unreachable; a dry run does not read it then.
+	err = wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		mc := &v1alpha1.MemberCluster{}
+		if err := f.Hub().Get(ctx, client.ObjectKey{Name: cut}, mc); err != nil {
+			return false, nil
+		}
+		return meta.IsStatusConditionFalse(mc.Status.Conditions, v1alpha1.ConditionReachable), nil
+	})
+	if err != nil {
+		t.Fatalf("%s must be found unreachable: %v", cut, err)
+	}
+	revision := f.Rollout().Status.Revision
+	f.SetRelease("mysql-b", func(s *v1alpha1.RolloutSpec) { s.DryRun = true })
+	c := f.WaitCondition(v1alpha1.ConditionPlanned, metav1.ConditionTrue, v1alpha1.ReasonPlanned, 90*time.Second)
+	ro := f.Rollout()
+	if ro.Status.Revision != revision {
+		t.Errorf("the dry run started a revision: %d (was %d)", ro.Status.Revision, revision)
+	}
+	if !strings.Contains(c.Message, "1 clusters could not be planned") {
+		t.Errorf("the Planned condition must count the cut-off member: %s", c.Message)
+	}
+	p := ro.Status.Plan
+	if p == nil || len(p.Clusters) != 3 {
+		t.Fatalf("status.plan: %+v", p)
+	}
+	for _, cp := range p.Clusters {
+		switch {
+		case cp.Cluster == cut:
+			if !strings.Contains(cp.Error, "unreachable since") && !strings.Contains(cp.Error, "not planned within") {
+				t.Errorf("%s's plan must say it is unreachable: %+v", cut, cp)
+			}
+		case cp.Error != "" || cp.Path != v1alpha1.PathUpgrade || cp.Updates == 0:
+			t.Errorf("%s must be planned: %+v", cp.Cluster, cp)
+		}
+	}
+	assertNoFailure(t, f)
 }

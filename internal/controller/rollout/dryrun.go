@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -13,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/fault"
 	"github.com/rewind-dev/rewind/internal/member"
 	"github.com/rewind-dev/rewind/internal/preflight"
 )
@@ -24,6 +26,13 @@ const (
 	planFindingsLimit = 5
 	planFindingLength = 300
 )
+
+// dryRunMemberBudget bounds the dry run's plan of one member (its reads, the round trip and the
+// dry run of the apply; a fault is retried in it). A member that does not answer (cut off:
+// every request refused and retried, several minutes in all) is not planned rather than
+// holding the whole plan; its entry says why. A member its health probe finds unreachable is
+// not planned at all.
+const dryRunMemberBudget = 2 * time.Minute
 
 // dryRun plans spec.release instead of rolling it out (spec.dryRun): the paths of the next
 // revision, then on each cluster it would upgrade what `rewind plan` computes (CRD safety,
@@ -69,7 +78,13 @@ func (r *Reconciler) dryRun(ctx context.Context, s *scope) error {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			mp, err := r.planMember(ctx, ro, p.Cluster, relObjs, crds)
+			if err := r.probedUnreachable(p.Cluster); err != nil {
+				summaries[i] = Summarize(p.Cluster, wave, p.Path, preflight.MemberPlan{}, err)
+				return
+			}
+			mp, err := fault.Within(ctx, dryRunMemberBudget, "planned", func(ctx context.Context) (preflight.MemberPlan, error) {
+				return r.planMember(ctx, ro, p.Cluster, relObjs, crds)
+			})
 			summaries[i] = Summarize(p.Cluster, wave, p.Path, mp, err)
 		}()
 	}

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/fault"
 	"github.com/rewind-dev/rewind/internal/member"
 	"github.com/rewind-dev/rewind/internal/preflight"
 )
@@ -30,6 +31,15 @@ const preflightConcurrency = 8
 // checked rather than holding every cluster's wave; its target then waits for it as any
 // unreachable member's does.
 const preflightMemberBudget = 30 * time.Second
+
+// probedUnreachable says why a member is not read (nil: read it): its health probe finds it
+// unreachable.
+func (r *Reconciler) probedUnreachable(name string) error {
+	if since, lastErr, ok := r.Probes.Unreachable(name); ok {
+		return fmt.Errorf("unreachable since %s: %s", since.UTC().Format(time.RFC3339), lastErr)
+	}
+	return nil
+}
 
 // preflightMessageLimit bounds the findings listed in the Preflight condition's message.
 const preflightMessageLimit = 10
@@ -103,33 +113,14 @@ func (r *Reconciler) runPreflight(ctx context.Context, s *scope, rel string, obj
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			if since, lastErr, ok := r.Probes.Unreachable(name); ok {
-				// Its health probe fails: not read (it would only cost the budget).
-				results[i] = clusterPreflight{cluster: name, err: fmt.Errorf("unreachable since %s: %s", since.UTC().Format(time.RFC3339), lastErr)}
+			if err := r.probedUnreachable(name); err != nil {
+				results[i] = clusterPreflight{cluster: name, err: err} // not read: it would only cost the budget
 				return
 			}
-			mctx, cancel := context.WithTimeout(ctx, preflightMemberBudget)
-			defer cancel()
-			// Waited for no longer than the budget: not every read stops with its context (a
-			// REST mapper's discovery does not take one); one left behind ends by itself.
-			done := make(chan clusterPreflight, 1)
-			go func() {
-				fs, err := r.preflightCluster(mctx, name, crds)
-				done <- clusterPreflight{cluster: name, findings: fs, err: err}
-			}()
-			select {
-			case res := <-done:
-				if res.err != nil && mctx.Err() != nil && ctx.Err() == nil {
-					res.err = fmt.Errorf("not read within %s: %w", preflightMemberBudget, res.err)
-				}
-				results[i] = res
-			case <-mctx.Done():
-				err := ctx.Err()
-				if err == nil {
-					err = fmt.Errorf("not read within %s", preflightMemberBudget)
-				}
-				results[i] = clusterPreflight{cluster: name, err: err}
-			}
+			fs, err := fault.Within(ctx, preflightMemberBudget, "read", func(ctx context.Context) ([]preflight.Finding, error) {
+				return r.preflightCluster(ctx, name, crds)
+			})
+			results[i] = clusterPreflight{cluster: name, findings: fs, err: err}
 		}()
 	}
 	wg.Wait()
