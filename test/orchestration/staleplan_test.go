@@ -22,6 +22,7 @@ import (
 	"github.com/rewind-dev/rewind/internal/controller/rollout"
 	"github.com/rewind-dev/rewind/internal/controller/target"
 	"github.com/rewind-dev/rewind/internal/testbed/testenv"
+	"github.com/rewind-dev/rewind/test/fleet"
 )
 
 // A rollback is planned from each cluster's journal as the Rollout reads it. A cluster whose
@@ -213,5 +214,132 @@ func TestAStepDoesNotRunOnASpecThatChangedUnderIt(t *testing.T) {
 		if s := snaps[m.Name]; s != "" {
 			f.AssertEqualsSnapshot(m, s)
 		}
+	}
+}
+
+// A person's rollback planned while no cluster had changed yet ("nothing to roll back" on
+// each) is a rollback once its clusters are planned again as restores: the rollout ends
+// RolledBack with both clusters back on their snapshots, and records the rollback as one planned
+// so from the start does: the reason given in the revision's history and
+// status.lastRollbackReason, and rewind_rollbacks_total{reason="ManualRollback"}. Before, the
+// revision was recorded at plan time as no rollback: no reason, no count.
+func TestAPersonsRollbackPlannedBeforeAnyClusterChangedIsRecorded(t *testing.T) {
+	clusters := []string{"member1", "member2"}
+	f := newFleet(t, []v1alpha1.Wave{{Name: "all", Clusters: clusters, MaxConcurrency: 2}})
+	const deadline = 3 * time.Minute
+
+	var armed atomic.Bool
+	ended := make(chan struct{})
+	goOn := make(chan struct{})
+	atSnapshot := map[string]chan struct{}{}
+	held := map[string]chan struct{}{}
+	var holdSnap, holdPlan sync.Map // cluster -> *sync.Once
+	paths := map[string]string{}
+	for _, c := range clusters {
+		atSnapshot[c], held[c] = make(chan struct{}), make(chan struct{})
+		paths["/rollouttargets/"+rollout.TargetName(f.Name, c)] = c
+	}
+	crashAt := func(cluster, step string) bool {
+		if ch := atSnapshot[cluster]; armed.Load() && ch != nil && step == target.StepSnapshot {
+			once, _ := holdSnap.LoadOrStore(cluster, &sync.Once{})
+			once.(*sync.Once).Do(func() {
+				close(ch)
+				select {
+				case <-goOn:
+				case <-ended:
+				}
+			})
+		}
+		return false
+	}
+	planGoes := make(chan struct{})
+	cfg := testenv.ControllerConfig(t, suite.Env.Hub, f.NS)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripper(func(req *http.Request) (*http.Response, error) {
+			if req.Method != http.MethodPatch || req.Body == nil {
+				return rt.RoundTrip(req)
+			}
+			for suffix, c := range paths {
+				if !strings.HasSuffix(req.URL.Path, suffix) {
+					continue
+				}
+				body, err := io.ReadAll(req.Body)
+				if err != nil {
+					return nil, err
+				}
+				req.Body = io.NopCloser(bytes.NewReader(body))
+				if bytes.Contains(body, []byte(`"revision":3`)) {
+					once, _ := holdPlan.LoadOrStore(c, &sync.Once{})
+					once.(*sync.Once).Do(func() {
+						close(held[c])
+						select {
+						case <-planGoes:
+						case <-ended:
+						}
+					})
+				}
+			}
+			return rt.RoundTrip(req)
+		})
+	})
+	startManagerWith(t, cfg, controller.Options{CrashAt: crashAt})
+	t.Cleanup(func() { close(ended) })
+
+	f.WaitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	f.Populate()
+	rollbacks := func() float64 {
+		return fleet.Metric(t, "rewind_rollbacks_total", map[string]string{"namespace": f.NS, "reason": v1alpha1.ReasonManualRollback})
+	}
+	before := rollbacks()
+	armed.Store(true)
+	f.SetRelease("mysql-b", nil)
+	for _, c := range clusters {
+		waitClosed(t, atSnapshot[c], deadline, c+"'s upgrade to reach its snapshot")
+	}
+
+	// Both journals say Snapshot: the rollback plans both as not changed.
+	rewind(t, f.NS, "rollback", f.Name, "--reason", "wrong release")
+	for _, c := range clusters {
+		waitClosed(t, held[c], deadline, "the rollback's write of "+c+"'s plan")
+		if sp := f.Target(c).Spec; sp.Path == v1alpha1.PathRestore {
+			t.Fatalf("%s was planned as a restore: the race this test is for did not happen", c)
+		}
+	}
+	close(goOn)
+	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, deadline, true, func(ctx context.Context) (bool, error) {
+		for _, c := range clusters {
+			if st := f.Target(c).Status; st.Revision != 2 || st.Phase != v1alpha1.ClusterSucceeded {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("the upgrade did not finish: %+v / %+v", f.Target("member1").Status, f.Target("member2").Status)
+	}
+	close(planGoes)
+
+	ro := f.WaitPhase("mysql-a", v1alpha1.RolloutRolledBack, deadline)
+	for _, c := range clusters {
+		if tg := f.Target(c); tg.Spec.Path != v1alpha1.PathRestore || tg.Status.Phase != v1alpha1.ClusterRolledBack {
+			t.Errorf("%s must be restored: path %s phase %s (%s)", c, tg.Spec.Path, tg.Status.Phase, tg.Status.Message)
+		}
+	}
+	h := ro.Status.History[len(ro.Status.History)-1]
+	if h.Revision != 3 || !strings.HasPrefix(h.Reason, "wrong release (at ") || h.Outcome != "Succeeded" {
+		t.Errorf("the rollback's history entry: %+v, want its reason", h)
+	}
+	if !strings.HasPrefix(ro.Status.LastRollbackReason, "wrong release (at ") {
+		t.Errorf("status.lastRollbackReason %q", ro.Status.LastRollbackReason)
+	}
+	if n := rollbacks() - before; n != 1 {
+		t.Errorf("rewind_rollbacks_total{reason=ManualRollback} rose by %v, want 1", n)
+	}
+	snaps := f.SnapshotsOf(2)
+	for _, m := range suite.Env.Members[:2] {
+		if rec := f.Record(m); rec == nil || rec.Release != "mysql-a" {
+			t.Errorf("%s runs %+v after the rollback, want mysql-a", m.Name, rec)
+		}
+		f.AssertEqualsSnapshot(m, snaps[m.Name])
 	}
 }

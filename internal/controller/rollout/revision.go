@@ -70,12 +70,7 @@ func (r *Reconciler) startRevision(ctx context.Context, s *scope, rel, automatic
 			metrics.Rollbacks.WithLabelValues(ro.Namespace, ro.Name, v1alpha1.ReasonAutomaticRollback).Inc()
 		})
 	} else if IsRollback(plans) {
-		// A person's rollback: the reason they gave (rewind rollback --reason), once.
-		if v := ro.Annotations[v1alpha1.AnnotationRollbackReason]; v != "" && v != ro.Status.LastRollbackReason {
-			reason = v
-		}
-		ro.Status.LastRollbackReason = ro.Annotations[v1alpha1.AnnotationRollbackReason]
-		s.afterWrite(func() { metrics.Rollbacks.WithLabelValues(ro.Namespace, ro.Name, v1alpha1.ReasonManualRollback).Inc() })
+		reason = s.manualRollback()
 	}
 	if rel != ro.Status.CurrentRelease {
 		// A retry of the same release keeps the release before it: a failure policy rolls
@@ -97,6 +92,19 @@ func (r *Reconciler) startRevision(ctx context.Context, s *scope, rel, automatic
 	}
 	s.event("Normal", "RevisionStarted", "rolling out %s (revision %d, from %s)", rel, revision, dash(ro.Status.PreviousRelease))
 	return nil
+}
+
+// manualRollback records a person's rollback (the rollbacks metric) and returns the reason
+// they gave (rewind rollback --reason) when it is new: the revision's history records it once.
+func (s *scope) manualRollback() string {
+	ro := s.ro
+	reason := ""
+	if v := ro.Annotations[v1alpha1.AnnotationRollbackReason]; v != "" && v != ro.Status.LastRollbackReason {
+		reason = v
+	}
+	ro.Status.LastRollbackReason = ro.Annotations[v1alpha1.AnnotationRollbackReason]
+	s.afterWrite(func() { metrics.Rollbacks.WithLabelValues(ro.Namespace, ro.Name, v1alpha1.ReasonManualRollback).Inc() })
+	return reason
 }
 
 // prepareRevision checks what can be checked without a member (the release loads, the CEL
@@ -245,7 +253,8 @@ func (r *Reconciler) replanRefused(ctx context.Context, s *scope) error {
 	if h := s.revision(); h != nil && h.Automatic {
 		automatic = h.Reason
 	}
-	return eachTarget(ctx, plans, func(ctx context.Context, p TargetPlan) error {
+	wasRollback := s.isRollback()
+	err = eachTarget(ctx, plans, func(ctx context.Context, p TargetPlan) error {
 		t := s.targets[p.Cluster]
 		was, basis := t.Spec.Path, basisOf(t)
 		changed, err := s.updateTarget(ctx, p.Cluster, func(t *v1alpha1.RolloutTarget) {
@@ -263,6 +272,15 @@ func (r *Reconciler) replanRefused(ctx context.Context, s *scope) error {
 		}
 		return err
 	})
+	if !wasRollback && automatic == "" && s.isRollback() {
+		// A person's rollback planned "nothing to roll back" everywhere goes back only now:
+		// recorded as startRevision records one planned so.
+		reason := s.manualRollback()
+		if h := s.revision(); h != nil && h.Reason == "" {
+			h.Reason = truncate(reason, 1024)
+		}
+	}
+	return err
 }
 
 func dash(s string) string {
