@@ -260,4 +260,8 @@ func TestPlanNamesRefusedObjects(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--max-objects must be at least 1") {
 		t.Errorf("plan --max-objects 0: %v", err)
 	}
+	_, err = run(ctx, append([]string{"plan", "planned", "--member-timeout", "-1s"}, hubArgs(ns)...)...)
+	if err == nil || !strings.Contains(err.Error(), "--member-timeout must not be negative, got -1s (0: no limit)") {
+		t.Errorf("plan --member-timeout -1s: %v", err)
+	}
 }

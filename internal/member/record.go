@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/fault"
 )
 
 const (
@@ -150,43 +151,52 @@ func WriteRecord(ctx context.Context, c client.Client, rec Record) error {
 		return err
 	}
 	key := client.ObjectKey{Namespace: RecordNamespace, Name: RecordName(rec.Operator)}
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cm := &corev1.ConfigMap{}
-		err := c.Get(ctx, key, cm)
-		if apierrors.IsNotFound(err) {
-			if rec.InstalledAt.IsZero() {
-				rec.InstalledAt = time.Now().UTC().Truncate(time.Second)
-			}
-			cm = &corev1.ConfigMap{
-				ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Labels: recordLabels(rec.Operator)},
-				Data:       rec.data(),
-			}
-			return c.Create(ctx, cm)
-		}
-		if err != nil {
-			return err
-		}
-		want := rec
-		if want.InstalledAt.IsZero() {
-			cur := recordFrom(cm)
-			cur.InstalledAt = time.Time{}
-			if maps.Equal(cur.data(), want.data()) {
-				want.InstalledAt = recordFrom(cm).InstalledAt
-			} else {
-				want.InstalledAt = time.Now().UTC().Truncate(time.Second)
-			}
-		}
-		labels := recordLabels(rec.Operator)
-		if maps.Equal(cm.Data, want.data()) && hasLabels(cm.Labels, labels) {
-			return nil
-		}
-		if cm.Labels == nil {
-			cm.Labels = map[string]string{}
-		}
-		maps.Copy(cm.Labels, labels)
-		cm.Data = want.data()
-		return c.Update(ctx, cm)
+	// Read and written again on a conflict, on a create that finds it there (an earlier try's
+	// answer lost), and on a fault.
+	again := func(err error) bool { return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) }
+	return fault.Retry(ctx, CreateTries, func() error {
+		return retry.OnError(retry.DefaultRetry, again, func() error { return writeRecordOnce(ctx, c, key, &rec) })
 	})
+}
+
+// writeRecordOnce is one read and write of WriteRecord; rec.InstalledAt is set when the
+// record is created.
+func writeRecordOnce(ctx context.Context, c client.Client, key client.ObjectKey, rec *Record) error {
+	cm := &corev1.ConfigMap{}
+	err := c.Get(ctx, key, cm)
+	if apierrors.IsNotFound(err) {
+		if rec.InstalledAt.IsZero() {
+			rec.InstalledAt = time.Now().UTC().Truncate(time.Second)
+		}
+		cm = &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Labels: recordLabels(rec.Operator)},
+			Data:       rec.data(),
+		}
+		return c.Create(ctx, cm)
+	}
+	if err != nil {
+		return err
+	}
+	want := *rec
+	if want.InstalledAt.IsZero() {
+		cur := recordFrom(cm)
+		cur.InstalledAt = time.Time{}
+		if maps.Equal(cur.data(), want.data()) {
+			want.InstalledAt = recordFrom(cm).InstalledAt
+		} else {
+			want.InstalledAt = time.Now().UTC().Truncate(time.Second)
+		}
+	}
+	labels := recordLabels(rec.Operator)
+	if maps.Equal(cm.Data, want.data()) && hasLabels(cm.Labels, labels) {
+		return nil
+	}
+	if cm.Labels == nil {
+		cm.Labels = map[string]string{}
+	}
+	maps.Copy(cm.Labels, labels)
+	cm.Data = want.data()
+	return c.Update(ctx, cm)
 }
 
 func recordLabels(operator string) map[string]string {
@@ -202,10 +212,20 @@ func hasLabels(have, want map[string]string) bool {
 	return true
 }
 
-// EnsureNamespace creates a namespace unless it exists.
+// CreateTries is how many times a create that may be sent again is sent in all when it meets a
+// fault (fault.Retry). The member client does not send a POST again after a transport error
+// (it may have been done, its answer lost); a caller for whom "it exists" is as good as "it was
+// created" does, here.
+const CreateTries = 6
+
+// EnsureNamespace creates a namespace unless it exists, riding out faults: a create whose
+// answer was lost finds the namespace there when it is sent again.
 func EnsureNamespace(ctx context.Context, c client.Client, name string) error {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+	err := fault.Retry(ctx, CreateTries, func() error {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		return c.Create(ctx, ns)
+	})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating namespace %s: %w", name, err)
 	}
 	return nil

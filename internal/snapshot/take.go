@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/fault"
 	"github.com/rewind-dev/rewind/internal/member"
 	"github.com/rewind-dev/rewind/internal/patch"
 	"github.com/rewind-dev/rewind/internal/snapshot/payload"
@@ -75,6 +76,9 @@ type Hub struct {
 	// member's agent keeps its own key in its hub namespace: no agent reads another's.
 	KeyNamespace string
 }
+
+// createTries is how many times the Snapshot's create is sent in all when it meets a fault.
+const createTries = 6
 
 func (h *Hub) openStore(ctx context.Context, url string) (payload.Store, error) {
 	if h.OpenStore != nil {
@@ -152,7 +156,9 @@ func (h *Hub) Take(ctx context.Context, cl *member.Cluster, r Request) (*v1alpha
 				Reason: r.Reason, Rollout: r.Rollout,
 			},
 		}
-		if err := h.Client.Create(ctx, snap); err != nil && !apierrors.IsAlreadyExists(err) {
+		// Sent again on a fault (a pull member's agent creates it across the WAN): a try whose
+		// answer was lost left it there.
+		if err := fault.Retry(ctx, createTries, func() error { return h.Client.Create(ctx, snap) }); err != nil && !apierrors.IsAlreadyExists(err) {
 			return nil, fmt.Errorf("creating Snapshot %s/%s: %w", r.Namespace, r.Name, err)
 		}
 	default:

@@ -17,6 +17,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/rewind-dev/rewind/internal/fault"
 )
 
 // KeyWrapper is a key-encryption key (KEK): it wraps and unwraps the per-payload data keys.
@@ -140,7 +142,8 @@ func HubKEK(ctx context.Context, c client.Client, namespace string) (*LocalKEK, 
 		Immutable: &immutable,
 		Data:      map[string][]byte{HubKeySecretKey: raw},
 	}
-	err = c.Create(ctx, s)
+	// Sent again on a fault: a try whose answer was lost left it there (AlreadyExists, below).
+	err = fault.Retry(ctx, 6, func() error { return c.Create(ctx, s) })
 	clear(s.Data[HubKeySecretKey])
 	switch {
 	case err == nil:
