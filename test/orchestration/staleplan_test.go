@@ -3,10 +3,7 @@
 package orchestration
 
 import (
-	"bytes"
 	"context"
-	"io"
-	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -56,32 +53,10 @@ func TestARollbackPlannedBeforeAClusterChangedRestoresIt(t *testing.T) {
 	}
 	// The plan's write of member2's target for revision 3 (the rollback).
 	member2Target := "/rollouttargets/" + rollout.TargetName(f.Name, "member2")
-	planHeld, planGoes := make(chan struct{}), make(chan struct{})
-	var planOnce sync.Once
 	cfg := testenv.ControllerConfig(t, suite.Env.Hub, f.NS)
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripper(func(req *http.Request) (*http.Response, error) {
-			if req.Method == http.MethodPatch && strings.HasSuffix(req.URL.Path, member2Target) && req.Body != nil {
-				body, err := io.ReadAll(req.Body)
-				if err != nil {
-					return nil, err
-				}
-				req.Body = io.NopCloser(bytes.NewReader(body))
-				if bytes.Contains(body, []byte(`"revision":3`)) {
-					planOnce.Do(func() {
-						close(planHeld)
-						select {
-						case <-planGoes:
-						case <-ended:
-						}
-					})
-				}
-			}
-			return rt.RoundTrip(req)
-		})
-	})
+	hold := fleet.HoldWrites(cfg, `"revision":3`, member2Target)
 	startManagerWith(t, cfg, controller.Options{CrashAt: crashAt})
-	t.Cleanup(func() { close(ended) })
+	t.Cleanup(func() { close(ended); hold.End() })
 
 	f.WaitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
 	f.Populate()
@@ -97,7 +72,7 @@ func TestARollbackPlannedBeforeAClusterChangedRestoresIt(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	waitClosed(t, planHeld, deadline, "the rollback's write of member2's plan")
+	waitClosed(t, hold.Held(member2Target), deadline, "the rollback's write of member2's plan")
 	close(goOn)
 	// member2 goes on with its upgrade (the journal on the hub is written, the plan is not).
 	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, deadline, true, func(ctx context.Context) (bool, error) {
@@ -107,7 +82,7 @@ func TestARollbackPlannedBeforeAClusterChangedRestoresIt(t *testing.T) {
 	if err != nil {
 		t.Fatalf("member2's upgrade did not finish: %+v", f.Target("member2").Status)
 	}
-	close(planGoes)
+	hold.Release()
 
 	f.WaitPhase("mysql-a", v1alpha1.RolloutRolledBack, deadline)
 	tg := f.Target("member2")
@@ -144,10 +119,6 @@ func waitClosed(t *testing.T, ch <-chan struct{}, d time.Duration, what string) 
 		t.Fatalf("waited %s for %s", d, what)
 	}
 }
-
-type roundTripper func(*http.Request) (*http.Response, error)
-
-func (f roundTripper) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
 // A step is on record before it runs; when that record's write lands over a spec changed
 // meanwhile (the rollback's plan of the cluster, written while its snapshot was taken), the
@@ -232,12 +203,11 @@ func TestAPersonsRollbackPlannedBeforeAnyClusterChangedIsRecorded(t *testing.T) 
 	ended := make(chan struct{})
 	goOn := make(chan struct{})
 	atSnapshot := map[string]chan struct{}{}
-	held := map[string]chan struct{}{}
-	var holdSnap, holdPlan sync.Map // cluster -> *sync.Once
+	var holdSnap sync.Map // cluster -> *sync.Once
 	paths := map[string]string{}
 	for _, c := range clusters {
-		atSnapshot[c], held[c] = make(chan struct{}), make(chan struct{})
-		paths["/rollouttargets/"+rollout.TargetName(f.Name, c)] = c
+		atSnapshot[c] = make(chan struct{})
+		paths[c] = "/rollouttargets/" + rollout.TargetName(f.Name, c)
 	}
 	crashAt := func(cluster, step string) bool {
 		if ch := atSnapshot[cluster]; armed.Load() && ch != nil && step == target.StepSnapshot {
@@ -252,38 +222,10 @@ func TestAPersonsRollbackPlannedBeforeAnyClusterChangedIsRecorded(t *testing.T) 
 		}
 		return false
 	}
-	planGoes := make(chan struct{})
 	cfg := testenv.ControllerConfig(t, suite.Env.Hub, f.NS)
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripper(func(req *http.Request) (*http.Response, error) {
-			if req.Method != http.MethodPatch || req.Body == nil {
-				return rt.RoundTrip(req)
-			}
-			for suffix, c := range paths {
-				if !strings.HasSuffix(req.URL.Path, suffix) {
-					continue
-				}
-				body, err := io.ReadAll(req.Body)
-				if err != nil {
-					return nil, err
-				}
-				req.Body = io.NopCloser(bytes.NewReader(body))
-				if bytes.Contains(body, []byte(`"revision":3`)) {
-					once, _ := holdPlan.LoadOrStore(c, &sync.Once{})
-					once.(*sync.Once).Do(func() {
-						close(held[c])
-						select {
-						case <-planGoes:
-						case <-ended:
-						}
-					})
-				}
-			}
-			return rt.RoundTrip(req)
-		})
-	})
+	hold := fleet.HoldWrites(cfg, `"revision":3`, paths["member1"], paths["member2"])
 	startManagerWith(t, cfg, controller.Options{CrashAt: crashAt})
-	t.Cleanup(func() { close(ended) })
+	t.Cleanup(func() { close(ended); hold.End() })
 
 	f.WaitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
 	f.Populate()
@@ -300,7 +242,7 @@ func TestAPersonsRollbackPlannedBeforeAnyClusterChangedIsRecorded(t *testing.T) 
 	// Both journals say Snapshot: the rollback plans both as not changed.
 	rewind(t, f.NS, "rollback", f.Name, "--reason", "wrong release")
 	for _, c := range clusters {
-		waitClosed(t, held[c], deadline, "the rollback's write of "+c+"'s plan")
+		waitClosed(t, hold.Held(paths[c]), deadline, "the rollback's write of "+c+"'s plan")
 		if sp := f.Target(c).Spec; sp.Path == v1alpha1.PathRestore {
 			t.Fatalf("%s was planned as a restore: the race this test is for did not happen", c)
 		}
@@ -317,7 +259,7 @@ func TestAPersonsRollbackPlannedBeforeAnyClusterChangedIsRecorded(t *testing.T) 
 	if err != nil {
 		t.Fatalf("the upgrade did not finish: %+v / %+v", f.Target("member1").Status, f.Target("member2").Status)
 	}
-	close(planGoes)
+	hold.Release()
 
 	ro := f.WaitPhase("mysql-a", v1alpha1.RolloutRolledBack, deadline)
 	for _, c := range clusters {

@@ -3,12 +3,7 @@
 package pull
 
 import (
-	"bytes"
 	"context"
-	"io"
-	"net/http"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +14,7 @@ import (
 	"github.com/rewind-dev/rewind/internal/controller/rollout"
 	"github.com/rewind-dev/rewind/internal/controller/target"
 	"github.com/rewind-dev/rewind/internal/testbed/testenv"
+	"github.com/rewind-dev/rewind/test/fleet"
 )
 
 // A rollback is planned from each cluster's journal as the hub reads it. A pull member whose
@@ -47,38 +43,15 @@ func TestARollbackPlannedBeforeAPullMemberChangedRestoresIt(t *testing.T) {
 	src := &v1alpha1.RolloutTarget{}
 	src.Namespace, src.Name = f.NS, rollout.TargetName(f.Name, victim)
 	copyPath := "/namespaces/" + v1alpha1.MemberNamespace(victim) + "/rollouttargets/" + target.CopyName(src)
-	ended := make(chan struct{}) // lets the hold go when the test ends early
-	planHeld, planGoes := make(chan struct{}), make(chan struct{})
-	var holdOnce sync.Once
 	cfg := testenv.ControllerConfig(t, suite.Env.Hub, f.NS)
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripper(func(req *http.Request) (*http.Response, error) {
-			if req.Method == http.MethodPatch && strings.HasSuffix(req.URL.Path, copyPath) && req.Body != nil {
-				body, err := io.ReadAll(req.Body)
-				if err != nil {
-					return nil, err
-				}
-				req.Body = io.NopCloser(bytes.NewReader(body))
-				if bytes.Contains(body, []byte(`"revision":3`)) {
-					holdOnce.Do(func() {
-						close(planHeld)
-						select {
-						case <-planGoes:
-						case <-ended:
-						}
-					})
-				}
-			}
-			return rt.RoundTrip(req)
-		})
-	})
+	hold := fleet.HoldWrites(cfg, `"revision":3`, copyPath)
 	mgr, err := controller.NewManager(cfg, controller.Options{MetricsAddr: "0", ProbeAddr: "0", SkipNameValidation: true,
 		GatePoll: 300 * time.Millisecond, ProbeInterval: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	testenv.RunManager(t, mgr)
-	t.Cleanup(func() { close(ended) }) // before the manager stops
+	t.Cleanup(hold.End) // before the manager stops
 
 	f.WaitPhase("mysql-a", v1alpha1.RolloutSucceeded, deadline)
 	f.Populate()
@@ -107,7 +80,7 @@ func TestARollbackPlannedBeforeAPullMemberChangedRestoresIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-planHeld:
+	case <-hold.Held(copyPath):
 	case <-time.After(deadline):
 		t.Fatalf("the relay never wrote %s's rollback plan to its copy: target %+v", victim, f.Target(victim).Spec)
 	}
@@ -124,7 +97,7 @@ func TestARollbackPlannedBeforeAPullMemberChangedRestoresIt(t *testing.T) {
 	if rec := f.Record(suite.Member(t, victim)); rec == nil || rec.Release != "mysql-b" {
 		t.Fatalf("%s must run mysql-b before its plan lands: %+v", victim, rec)
 	}
-	close(planGoes)
+	hold.Release()
 
 	f.WaitPhase("mysql-a", v1alpha1.RolloutRolledBack, deadline)
 	if tg := f.Target(victim); tg.Spec.Path != v1alpha1.PathRestore || tg.Status.Phase != v1alpha1.ClusterRolledBack {
@@ -133,7 +106,3 @@ func TestARollbackPlannedBeforeAPullMemberChangedRestoresIt(t *testing.T) {
 	f.WaitEvent("Replanned")
 	assertAll(t, f, "mysql-a", f.SnapshotsOf(2), true)
 }
-
-type roundTripper func(*http.Request) (*http.Response, error)
-
-func (f roundTripper) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
