@@ -159,6 +159,12 @@ func Retry(ctx context.Context, steps int, fn func() error) error {
 	}
 }
 
+// CreateTries is how many times a create that may be sent again is sent in all when it meets
+// a fault (Retry). A member's client does not send a POST again after a transport error (it may
+// have been done, its answer lost); a caller for whom "it exists" is as good as "it was created"
+// does, with this many tries.
+const CreateTries = 6
+
 // Within runs fn with a context that ends after budget, and waits for it no longer than that
 // (and a moment, withinGrace, for its own error): not every call stops with its context (a
 // REST mapper's discovery takes none), and a member that does not answer must not hold the

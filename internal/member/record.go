@@ -154,7 +154,7 @@ func WriteRecord(ctx context.Context, c client.Client, rec Record) error {
 	// Read and written again on a conflict, on a create that finds it there (an earlier try's
 	// answer lost), and on a fault.
 	again := func(err error) bool { return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) }
-	return fault.Retry(ctx, CreateTries, func() error {
+	return fault.Retry(ctx, fault.CreateTries, func() error {
 		return retry.OnError(retry.DefaultRetry, again, func() error { return writeRecordOnce(ctx, c, key, &rec) })
 	})
 }
@@ -212,16 +212,10 @@ func hasLabels(have, want map[string]string) bool {
 	return true
 }
 
-// CreateTries is how many times a create that may be sent again is sent in all when it meets a
-// fault (fault.Retry). The member client does not send a POST again after a transport error
-// (it may have been done, its answer lost); a caller for whom "it exists" is as good as "it was
-// created" does, here.
-const CreateTries = 6
-
 // EnsureNamespace creates a namespace unless it exists, riding out faults: a create whose
 // answer was lost finds the namespace there when it is sent again.
 func EnsureNamespace(ctx context.Context, c client.Client, name string) error {
-	err := fault.Retry(ctx, CreateTries, func() error {
+	err := fault.Retry(ctx, fault.CreateTries, func() error {
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
 		return c.Create(ctx, ns)
 	})

@@ -77,9 +77,6 @@ type Hub struct {
 	KeyNamespace string
 }
 
-// createTries is how many times the Snapshot's create is sent in all when it meets a fault.
-const createTries = 6
-
 func (h *Hub) openStore(ctx context.Context, url string) (payload.Store, error) {
 	if h.OpenStore != nil {
 		return h.OpenStore(ctx, url, h.Client)
@@ -158,7 +155,7 @@ func (h *Hub) Take(ctx context.Context, cl *member.Cluster, r Request) (*v1alpha
 		}
 		// Sent again on a fault (a pull member's agent creates it across the WAN): a try whose
 		// answer was lost left it there.
-		if err := fault.Retry(ctx, createTries, func() error { return h.Client.Create(ctx, snap) }); err != nil && !apierrors.IsAlreadyExists(err) {
+		if err := fault.Retry(ctx, fault.CreateTries, func() error { return h.Client.Create(ctx, snap) }); err != nil && !apierrors.IsAlreadyExists(err) {
 			return nil, fmt.Errorf("creating Snapshot %s/%s: %w", r.Namespace, r.Name, err)
 		}
 	default:

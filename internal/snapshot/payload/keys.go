@@ -143,7 +143,7 @@ func HubKEK(ctx context.Context, c client.Client, namespace string) (*LocalKEK, 
 		Data:      map[string][]byte{HubKeySecretKey: raw},
 	}
 	// Sent again on a fault: a try whose answer was lost left it there (AlreadyExists, below).
-	err = fault.Retry(ctx, 6, func() error { return c.Create(ctx, s) })
+	err = fault.Retry(ctx, fault.CreateTries, func() error { return c.Create(ctx, s) })
 	clear(s.Data[HubKeySecretKey])
 	switch {
 	case err == nil:
