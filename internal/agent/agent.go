@@ -8,6 +8,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -122,25 +123,41 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	joined := false
 	if cred == nil || !a.now().Before(cred.ExpiresAt) {
 		if o.Bootstrap == nil {
 			return fmt.Errorf("no usable credential in --credential-file %s and no --bootstrap-kubeconfig: run `rewind clusters join %s` on the hub and pass the file it writes",
 				o.Credentials.Path, o.Cluster)
 		}
-		if cred, err = join.Exchange(ctx, o.Bootstrap, o.Cluster, o.CredentialTTL); err != nil {
+		if cred, err = a.join(ctx); err != nil {
 			return err
 		}
-		hub = o.Bootstrap
-		if err := o.Credentials.Save(hub, cred); err != nil {
-			return err
-		}
-		log.Info("joined the hub", "credentialExpiresAt", cred.ExpiresAt)
+		hub, joined = o.Bootstrap, true
 	}
 	a.hub = hub
 	if err := a.use(cred); err != nil {
 		return err
 	}
-	if err := a.claim(ctx, version); err != nil {
+	err = a.claim(ctx, version)
+	var re *join.RefusedError
+	if errors.As(err, &re) && re.Reason == join.RefusedCredential && !joined && o.Bootstrap != nil {
+		// The stored credential was revoked (the member left and joined again, or its
+		// agent ServiceAccount was made anew): the bootstrap token of the new join stands
+		// in for it, as OCM's klusterlet falls back to its bootstrap kubeconfig. Before, the
+		// agent stopped on the stored credential however often it was restarted with a new
+		// token, until a person removed the file.
+		log.Info("the hub refused the stored credential, joining again with the bootstrap token", "error", err.Error())
+		cred, jerr := a.join(ctx)
+		if jerr != nil {
+			return fmt.Errorf("%w; and the bootstrap token of --bootstrap-kubeconfig: %v", err, jerr)
+		}
+		a.hub = o.Bootstrap
+		if err := a.use(cred); err != nil {
+			return err
+		}
+		err = a.claim(ctx, version)
+	}
+	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -196,6 +213,18 @@ func Run(ctx context.Context, o Options) error {
 	}
 }
 
+// join trades the bootstrap token for the agent's credential, stored as soon as the token is
+// spent: a fault or a crash after that loses nothing, a restarted agent goes on with it.
+func (a *agent) join(ctx context.Context) (*join.Credential, error) {
+	keep := func(c *join.Credential) error { return a.o.Credentials.Save(a.o.Bootstrap, c) }
+	cred, err := join.Exchange(ctx, a.o.Bootstrap, a.o.Cluster, a.o.CredentialTTL, keep)
+	if err != nil {
+		return nil, err
+	}
+	ctrl.LoggerFrom(ctx).Info("joined the hub", "cluster", a.o.Cluster, "credentialExpiresAt", cred.ExpiresAt)
+	return cred, nil
+}
+
 func (a *agent) now() time.Time {
 	if a.o.Now != nil {
 		return a.o.Now()
@@ -232,10 +261,11 @@ func (a *agent) renewIfDue(ctx context.Context) error {
 }
 
 // claim records this cluster's ID and version in the MemberCluster's status, unless another
-// cluster's ID is there.
+// cluster's ID is there. Faults are retried until ctx ends: the agent has nothing to do before
+// its hub answers (five tries, before, let a hub away for 3 s at the agent's start stop it).
 func (a *agent) claim(ctx context.Context, version string) error {
 	mc := &v1alpha1.MemberCluster{}
-	if err := fault.Retry(ctx, 5, func() error { return a.c.Get(ctx, client.ObjectKey{Name: a.o.Cluster}, mc) }); err != nil {
+	if err := join.Patiently(ctx, "reading MemberCluster "+a.o.Cluster, func() error { return a.c.Get(ctx, client.ObjectKey{Name: a.o.Cluster}, mc) }); err != nil {
 		return join.CredentialRefused(a.o.Cluster, fmt.Errorf("reading MemberCluster %s: %w", a.o.Cluster, err))
 	}
 	if mc.Status.ClusterID != "" && mc.Status.ClusterID != a.id {
@@ -243,7 +273,7 @@ func (a *agent) claim(ctx context.Context, version string) error {
 	}
 	base := mc.DeepCopy()
 	mc.Status.ClusterID, mc.Status.ServerVersion = a.id, version
-	err := fault.Retry(ctx, 5, func() error { return a.c.Status().Patch(ctx, mc, client.MergeFrom(base)) })
+	err := join.Patiently(ctx, "writing the status of MemberCluster "+a.o.Cluster, func() error { return a.c.Status().Patch(ctx, mc, client.MergeFrom(base)) })
 	if err != nil {
 		return join.CredentialRefused(a.o.Cluster, fmt.Errorf("writing the status of MemberCluster %s: %w", a.o.Cluster, err))
 	}

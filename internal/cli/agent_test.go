@@ -5,6 +5,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -138,6 +139,66 @@ func TestAgentJoinsRenewsAndHeartbeats(t *testing.T) {
 		}
 	case <-time.After(60 * time.Second):
 		t.Fatal("the agent did not stop after leave")
+	}
+}
+
+// TestAgentJoinsAgainWhenItsCredentialIsRevoked: an agent whose stored credential the hub
+// refuses (its ServiceAccount made anew) joins again with the bootstrap token of a new
+// `rewind clusters join`, stores the new credential and heartbeats. Before, it stopped on the
+// stored credential at every start, the new token unused, until a person removed the file.
+func TestAgentJoinsAgainWhenItsCredentialIsRevoked(t *testing.T) {
+	ctx := t.Context()
+	c := hubClient(t)
+	const name = "agent-edge-rejoin"
+	boot := joinMember(t, name)
+	credFile := filepath.Join(t.TempDir(), "credential.json")
+	o := agent.Options{Cluster: name, Bootstrap: boot, Credentials: agent.CredentialFile{Path: credFile},
+		Member: env.Members[0].RESTConfig(), CredentialTTL: time.Hour, HeartbeatInterval: 100 * time.Millisecond, NoWork: true}
+	stop, _ := runAgent(t, o)
+	lease := &coordinationv1.Lease{}
+	leaseKey := client.ObjectKey{Namespace: v1alpha1.MemberNamespace(name), Name: join.AgentLease}
+	poll(t, "the agent's Lease", func(ctx context.Context) (bool, error) { return c.Get(ctx, leaseKey, lease) == nil, nil })
+	if err := stop(); err != nil {
+		t.Fatalf("the agent stopped with %v", err)
+	}
+	first, _, err := o.Credentials.Load()
+	if err != nil || first == nil {
+		t.Fatalf("stored credential: %v", err)
+	}
+
+	// Revoked: the agent's ServiceAccount is made anew (by the next join), its tokens refused.
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: v1alpha1.MemberNamespace(name), Name: join.AgentServiceAccount}}
+	if err := c.Delete(ctx, sa); err != nil {
+		t.Fatal(err)
+	}
+	refusedWithin(t, "the stored credential after its ServiceAccount was deleted", join.RefusedCredential, func() error {
+		_, err := join.Renew(ctx, first.Config(boot), name, time.Hour)
+		return err
+	})
+	o.Bootstrap = joinMember(t, name)
+
+	if err := c.Get(ctx, leaseKey, lease); err != nil {
+		t.Fatal(err)
+	}
+	before := lease.ResourceVersion
+	stop, finished := runAgent(t, o)
+	poll(t, "a heartbeat with the new credential", func(ctx context.Context) (bool, error) {
+		select {
+		case <-finished:
+			return false, fmt.Errorf("the agent stopped: %v", stop())
+		default:
+		}
+		return c.Get(ctx, leaseKey, lease) == nil && lease.ResourceVersion != before, nil
+	})
+	second, _, err := o.Credentials.Load()
+	if err != nil || second == nil || second.Token == first.Token {
+		t.Fatalf("the stored credential after joining again: %v (the same token: %v)", err, second != nil && second.Token == first.Token)
+	}
+	if a := getMember(t, name).Status.Agent; a == nil || a.JoinedAt == nil {
+		t.Fatalf("the new join is not recorded: status.agent %+v", a)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("the agent stopped with %v", err)
 	}
 }
 

@@ -38,6 +38,7 @@ import (
 // bootstrap kubeconfig it wrote.
 func joinMember(t *testing.T, name string, extra ...string) *rest.Config {
 	t.Helper()
+	c := hubClient(t) // the hub's CRDs installed, whichever test runs first
 	file := filepath.Join(t.TempDir(), name+".bootstrap.yaml")
 	args := append([]string{"clusters", "join", name, "--bootstrap-kubeconfig", file, "--kubeconfig", env.Hub.Kubeconfig}, extra...)
 	out, err := run(t.Context(), args...)
@@ -58,7 +59,6 @@ func joinMember(t *testing.T, name string, extra ...string) *rest.Config {
 	if cfg.BearerToken == "" || strings.Contains(out, cfg.BearerToken) {
 		t.Fatalf("join must write the token to the file and never print it:\n%s", out)
 	}
-	c := hubClient(t)
 	t.Cleanup(func() { _, _ = join.Leave(context.Background(), c, name) })
 	return cfg
 }
@@ -66,7 +66,7 @@ func joinMember(t *testing.T, name string, extra ...string) *rest.Config {
 // exchange trades a bootstrap token for the agent's credential, retrying faults only.
 func exchange(t *testing.T, bootstrap *rest.Config, name string) *join.Credential {
 	t.Helper()
-	cred, err := join.Exchange(t.Context(), bootstrap, name, time.Hour)
+	cred, err := join.Exchange(t.Context(), bootstrap, name, time.Hour, nil)
 	if err != nil {
 		t.Fatalf("exchanging the bootstrap token of %s: %v", name, err)
 	}
@@ -121,7 +121,7 @@ func TestJoinExchangeRenewLeave(t *testing.T) {
 
 	// A token claiming another member's name is refused: it may only get its own member's
 	// credential.
-	_, err := join.Exchange(ctx, boot, "join-edge-other", time.Hour)
+	_, err := join.Exchange(ctx, boot, "join-edge-other", time.Hour, nil)
 	var re *join.RefusedError
 	if !errors.As(err, &re) || re.Reason != join.RefusedOtherCluster {
 		t.Fatalf("exchange claiming another member: want refused (%s), got %v", join.RefusedOtherCluster, err)
@@ -138,7 +138,7 @@ func TestJoinExchangeRenewLeave(t *testing.T) {
 
 	// Single use: the same token again is refused.
 	refusedWithin(t, "the bootstrap token used a second time", join.RefusedBootstrapToken, func() error {
-		_, err := join.Exchange(ctx, boot, name, time.Hour)
+		_, err := join.Exchange(ctx, boot, name, time.Hour, nil)
 		return err
 	})
 
@@ -156,7 +156,7 @@ func TestJoinExchangeRenewLeave(t *testing.T) {
 	old := joinMember(t, name)
 	newer := joinMember(t, name)
 	refusedWithin(t, "a bootstrap token replaced by a newer join", join.RefusedBootstrapToken, func() error {
-		_, err := join.Exchange(ctx, old, name, time.Hour)
+		_, err := join.Exchange(ctx, old, name, time.Hour, nil)
 		return err
 	})
 	if _, err := join.Renew(ctx, renewed.Config(boot), name, time.Hour); err != nil {

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/fault"
 )
 
 // DefaultCredentialTTL is the lifetime the agent asks for its hub credential; the hub's API
@@ -118,47 +119,70 @@ func IsRefused(err error) bool {
 // Exchange trades a bootstrap token (hub: the hub's server and CA with it) for the agent's
 // hub credential: a token of the member's agent ServiceAccount, valid for ttl (default
 // DefaultCredentialTTL, or less if the hub grants less). It then deletes the bootstrap
-// ServiceAccount, so that the hub refuses the bootstrap token from then on, and records the
-// join in the MemberCluster's status.agent. An expired, used or replaced bootstrap token, or
-// one issued for another member, is a *RefusedError; a fault of the way is retried.
-func Exchange(ctx context.Context, bootstrap *rest.Config, cluster string, ttl time.Duration) (*Credential, error) {
+// ServiceAccount, so that the hub refuses the bootstrap token from then on, hands the credential
+// to keep (when not nil: the agent stores it there) and records the join in the MemberCluster's
+// status.agent. An expired, used or replaced bootstrap token, or one issued for another member,
+// is a *RefusedError. A fault of the way (a reset, a timeout, a 429 or 5xx) is retried until ctx
+// ends: an agent that starts while its hub is away waits for it, and a lost answer to the
+// deletion does not spend the token for nothing (spendBootstrap). Once the token is spent, keep
+// has the credential before anything else can fail.
+func Exchange(ctx context.Context, bootstrap *rest.Config, cluster string, ttl time.Duration, keep func(*Credential) error) (*Credential, error) {
 	ns := v1alpha1.MemberNamespace(cluster)
 	cs, err := kubernetes.NewForConfig(bootstrap)
 	if err != nil {
 		return nil, err
 	}
-	cred, err := requestToken(ctx, cs, ns, ttl)
+	cred, err := requestToken(ctx, cs, ns, ttl, patient)
 	if err != nil {
 		return nil, refused(cluster, RefusedBootstrapToken, fmt.Errorf("requesting the agent's credential in %s: %w", ns, err))
 	}
-	// Single use: once its ServiceAccount is gone, the hub refuses the bootstrap token.
-	err = retry(ctx, func() error {
-		return cs.CoreV1().ServiceAccounts(ns).Delete(ctx, BootstrapServiceAccount, metav1.DeleteOptions{})
-	})
-	if err != nil {
+	if err := spendBootstrap(ctx, cs, ns); err != nil {
 		// Refused here, the token was exchanged twice at once: this exchange gives its
 		// credential up, the other one stands.
 		return nil, refused(cluster, RefusedBootstrapToken, fmt.Errorf("deleting the bootstrap ServiceAccount %s/%s: %w", ns, BootstrapServiceAccount, err))
+	}
+	if keep != nil {
+		if err := keep(cred); err != nil {
+			return nil, err
+		}
 	}
 	c, err := client.New(cred.Config(bootstrap), client.Options{Scheme: scheme})
 	if err != nil {
 		return nil, err
 	}
-	if err := recordAgent(ctx, c, cluster, cred, true); err != nil {
+	if err := recordAgent(ctx, c, cluster, cred, true, patient); err != nil {
 		return nil, err
 	}
 	return cred, nil
 }
 
+// spendBootstrap deletes the bootstrap ServiceAccount of hub namespace ns with its own token,
+// retrying faults until ctx ends. Once a try met a fault, that try may have deleted it (its
+// answer lost): the next one then finds it gone (404), or its token refused (401, once the
+// authenticator saw the deletion), and the token is spent as asked. Without such a fault, gone
+// or refused means another exchange of the same token spent it first.
+func spendBootstrap(ctx context.Context, cs kubernetes.Interface, ns string) error {
+	faulted := false
+	return retryN(ctx, patient, "deleting the bootstrap ServiceAccount", func() error {
+		err := cs.CoreV1().ServiceAccounts(ns).Delete(ctx, BootstrapServiceAccount, metav1.DeleteOptions{})
+		if faulted && (apierrors.IsNotFound(err) || apierrors.IsUnauthorized(err)) {
+			return nil
+		}
+		faulted = faulted || fault.IsTransient(err)
+		return err
+	})
+}
+
 // Renew gets a new credential for the agent with its current one (agent: the hub config
 // authenticated with it) and records its expiry. A revoked or expired credential is a
-// *RefusedError.
+// *RefusedError. Faults are retried a few times: the agent's heartbeat tries again later, with
+// its current credential still good.
 func Renew(ctx context.Context, agent *rest.Config, cluster string, ttl time.Duration) (*Credential, error) {
 	cs, err := kubernetes.NewForConfig(agent)
 	if err != nil {
 		return nil, err
 	}
-	cred, err := requestToken(ctx, cs, v1alpha1.MemberNamespace(cluster), ttl)
+	cred, err := requestToken(ctx, cs, v1alpha1.MemberNamespace(cluster), ttl, tries)
 	if err != nil {
 		return nil, refused(cluster, RefusedCredential, fmt.Errorf("renewing the agent's credential: %w", err))
 	}
@@ -166,19 +190,20 @@ func Renew(ctx context.Context, agent *rest.Config, cluster string, ttl time.Dur
 	if err != nil {
 		return nil, err
 	}
-	if err := recordAgent(ctx, c, cluster, cred, false); err != nil {
+	if err := recordAgent(ctx, c, cluster, cred, false, tries); err != nil {
 		return nil, err
 	}
 	return cred, nil
 }
 
-// requestToken asks for a token of the agent's ServiceAccount in ns.
-func requestToken(ctx context.Context, cs kubernetes.Interface, ns string, ttl time.Duration) (*Credential, error) {
+// requestToken asks for a token of the agent's ServiceAccount in ns, with steps tries (see
+// fault.Retry) through faults.
+func requestToken(ctx context.Context, cs kubernetes.Interface, ns string, ttl time.Duration, steps int) (*Credential, error) {
 	if ttl <= 0 {
 		ttl = DefaultCredentialTTL
 	}
 	var tr *authenticationv1.TokenRequest
-	err := retry(ctx, func() (err error) {
+	err := retryN(ctx, steps, "requesting a token of the agent's ServiceAccount", func() (err error) {
 		tr, err = cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, AgentServiceAccount, &authenticationv1.TokenRequest{
 			Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr(int64(ttl.Seconds()))},
 		}, metav1.CreateOptions{})
@@ -198,10 +223,10 @@ func requestToken(ctx context.Context, cs kubernetes.Interface, ns string, ttl t
 }
 
 // recordAgent writes the credential's expiry (and, at a join, the join's time) into the
-// member's status.agent, as the agent.
-func recordAgent(ctx context.Context, c client.Client, cluster string, cred *Credential, joined bool) error {
+// member's status.agent, as the agent, each request tried steps times through faults.
+func recordAgent(ctx context.Context, c client.Client, cluster string, cred *Credential, joined bool, steps int) error {
 	mc := &v1alpha1.MemberCluster{}
-	if err := retry(ctx, func() error { return c.Get(ctx, client.ObjectKey{Name: cluster}, mc) }); err != nil {
+	if err := retryN(ctx, steps, "reading MemberCluster "+cluster, func() error { return c.Get(ctx, client.ObjectKey{Name: cluster}, mc) }); err != nil {
 		return refused(cluster, RefusedCredential, fmt.Errorf("reading MemberCluster %s: %w", cluster, err))
 	}
 	agent := &v1alpha1.AgentStatus{}
@@ -214,7 +239,7 @@ func recordAgent(ctx context.Context, c client.Client, cluster string, cred *Cre
 		now := metav1.Now()
 		agent.JoinedAt = &now
 	}
-	return patchAgentStatus(ctx, c, mc, agent)
+	return patchAgentStatus(ctx, c, mc, agent, steps)
 }
 
 // scheme is what the agent reads and writes in the hub.

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
@@ -107,7 +108,7 @@ func Join(ctx context.Context, c client.Client, cs kubernetes.Interface, cluster
 		status = mc.Status.Agent.DeepCopy()
 	}
 	status.Namespace, status.ServiceAccount, status.BootstrapExpiresAt, status.JoinedAt = ns, AgentServiceAccount, &exp, nil
-	if err := patchAgentStatus(ctx, c, mc, status); err != nil {
+	if err := patchAgentStatus(ctx, c, mc, status, tries); err != nil {
 		return nil, err
 	}
 	return &Bootstrap{Cluster: cluster, Namespace: ns, Token: tr.Status.Token, ExpiresAt: exp.Time}, nil
@@ -201,10 +202,10 @@ func ensure(ctx context.Context, c client.Client, want client.Object) error {
 }
 
 // patchAgentStatus writes status.agent of mc (a merge patch of that field alone).
-func patchAgentStatus(ctx context.Context, c client.Client, mc *v1alpha1.MemberCluster, agent *v1alpha1.AgentStatus) error {
+func patchAgentStatus(ctx context.Context, c client.Client, mc *v1alpha1.MemberCluster, agent *v1alpha1.AgentStatus, steps int) error {
 	base := mc.DeepCopy()
 	mc.Status.Agent = agent
-	if err := retry(ctx, func() error { return c.Status().Patch(ctx, mc, client.MergeFrom(base)) }); err != nil {
+	if err := retryN(ctx, steps, "writing the status of MemberCluster "+mc.Name, func() error { return c.Status().Patch(ctx, mc, client.MergeFrom(base)) }); err != nil {
 		return fmt.Errorf("writing the status of MemberCluster %s: %w", mc.Name, err)
 	}
 	return nil
@@ -273,9 +274,37 @@ func Leave(ctx context.Context, c client.Client, cluster string) (*Left, error) 
 	return out, nil
 }
 
-// retry retries a hub request that meets a fault (a reset, a timeout, a 429 or 5xx) a few
-// times; any other error is returned at once.
-func retry(ctx context.Context, fn func() error) error { return fault.Retry(ctx, 5, fn) }
+// How many times a hub request that meets a fault (a reset, a timeout, a 429 or 5xx) is tried
+// (fault.Retry): tries for a person's command and the agent's renewals (both try again later),
+// patient (until the context ends) for an agent's join, which has nothing to go on with but
+// the hub's answer.
+const (
+	tries   = 5
+	patient = 0
+)
+
+// retry retries a hub request that meets a fault a few times (tries); any other error is
+// returned at once.
+func retry(ctx context.Context, fn func() error) error { return fault.Retry(ctx, tries, fn) }
+
+// Patiently retries the hub request fn (what it asks: for the log) through faults until ctx
+// ends, saying in the log at each fault that it tries again: for an agent that has nothing to do
+// before its hub answers.
+func Patiently(ctx context.Context, what string, fn func() error) error {
+	return retryN(ctx, patient, what, fn)
+}
+
+// retryN retries the hub request fn (what it asks: for the log) through faults steps times in
+// all (fault.Retry); when patient, it says in the log at each fault that it tries again.
+func retryN(ctx context.Context, steps int, what string, fn func() error) error {
+	return fault.Retry(ctx, steps, func() error {
+		err := fn()
+		if steps == patient && fault.IsTransient(err) {
+			ctrl.LoggerFrom(ctx).Info("the hub did not answer, trying again", "request", what, "error", err.Error())
+		}
+		return err
+	})
+}
 
 func ptr[T any](v T) *T { return &v }
 
