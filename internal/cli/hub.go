@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -144,9 +145,22 @@ func missingNamespace(err error) (string, bool) {
 	return d.Name, true
 }
 
-// isMissingAPI says the hub does not serve the resource at all (the CRDs are not installed).
+// isMissingAPI says the hub does not serve the resource at all (the CRDs are not installed):
+// the REST mapper knows no such kind, or the hub answered 404 without an API status (its
+// answer to a path it does not serve, which client-go marks with a cause of type
+// UnexpectedServerResponse; a missing object's 404 is a status that names it). By type, not
+// by the message's text, as before.
 func isMissingAPI(err error) bool {
-	return meta.IsNoMatchError(err) || strings.Contains(err.Error(), "the server could not find the requested resource")
+	if meta.IsNoMatchError(err) {
+		return true
+	}
+	var se apierrors.APIStatus
+	if !apierrors.IsNotFound(err) || !errors.As(err, &se) || se.Status().Details == nil {
+		return false
+	}
+	return slices.ContainsFunc(se.Status().Details.Causes, func(c metav1.StatusCause) bool {
+		return c.Type == metav1.CauseTypeUnexpectedServerResponse
+	})
 }
 
 // getHubObject reads a hub object. When it does not exist the error names its kind, name and
