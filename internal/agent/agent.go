@@ -25,7 +25,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
-	"github.com/rewind-dev/rewind/internal/fault"
 	"github.com/rewind-dev/rewind/internal/join"
 )
 
@@ -345,7 +344,7 @@ func identify(ctx context.Context, member *rest.Config) (id, version string, err
 		return "", "", fmt.Errorf("the member's API server: %w", err)
 	}
 	ns := &corev1.Namespace{}
-	if err := fault.Retry(ctx, 0, func() error { return c.Get(ctx, client.ObjectKey{Name: "kube-system"}, ns) }); err != nil {
+	if err := join.Patiently(ctx, "reading the member's kube-system namespace", func() error { return c.Get(ctx, client.ObjectKey{Name: "kube-system"}, ns) }); err != nil {
 		return "", "", fmt.Errorf("reading the member's kube-system namespace (its cluster ID): %w", err)
 	}
 	dc, err := discovery.NewDiscoveryClientForConfig(member)
@@ -353,7 +352,7 @@ func identify(ctx context.Context, member *rest.Config) (id, version string, err
 		return "", "", err
 	}
 	var v string
-	err = fault.Retry(ctx, 0, func() error {
+	err = join.Patiently(ctx, "reading the member's version", func() error {
 		info, err := dc.ServerVersion()
 		if err == nil {
 			v = info.GitVersion

@@ -287,9 +287,9 @@ const (
 // returned at once.
 func retry(ctx context.Context, fn func() error) error { return fault.Retry(ctx, tries, fn) }
 
-// Patiently retries the hub request fn (what it asks: for the log) through faults until ctx
-// ends, saying in the log at each fault that it tries again: for an agent that has nothing to do
-// before its hub answers.
+// Patiently retries the request fn (what it asks: for the log) through faults until ctx ends,
+// saying in the log at each fault that it tries again: for an agent that has nothing to do
+// before its hub (or its own cluster) answers.
 func Patiently(ctx context.Context, what string, fn func() error) error {
 	return retryN(ctx, patient, what, fn)
 }
@@ -300,7 +300,7 @@ func retryN(ctx context.Context, steps int, what string, fn func() error) error 
 	return fault.Retry(ctx, steps, func() error {
 		err := fn()
 		if steps == patient && fault.IsTransient(err) {
-			ctrl.LoggerFrom(ctx).Info("the hub did not answer, trying again", "request", what, "error", err.Error())
+			ctrl.LoggerFrom(ctx).Info("a request met a fault, trying again", "request", what, "error", err.Error())
 		}
 		return err
 	})
