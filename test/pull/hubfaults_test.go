@@ -18,7 +18,6 @@ import (
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/controller"
 	"github.com/rewind-dev/rewind/internal/testbed"
-	"github.com/rewind-dev/rewind/internal/testbed/agentproc"
 )
 
 // TestAgentsRideOutTheirWayToTheHub: the pull members' agents reach the hub through a fault
@@ -65,13 +64,7 @@ func TestAgentsRideOutTheirWayToTheHub(t *testing.T) {
 			t.Errorf("the agent of %s exited under faults of its way to the hub", name)
 		}
 	}
-	for _, tt := range f.PhasesFor("mysql-a") {
-		if tt != v1alpha1.ClusterRolledBack {
-			t.Errorf("phases after the rollback: %v", f.PhasesFor("mysql-a"))
-			break
-		}
-	}
-	assertAll(t, f, "mysql-a", snaps, true)
+	assertRolledBack(t, f, "mysql-a", snaps)
 }
 
 // startAgentVia runs the agent of a pull member until the test ends, reaching the hub at
@@ -108,13 +101,5 @@ func startAgentVia(t *testing.T, name, server string) *agent {
 	if err := os.WriteFile(file, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p, err := agentproc.Start(agentproc.Options{Bin: binary(t), Cluster: name, CredentialFile: file, BootstrapFile: bootstrapFile(name),
-		MemberKubeconfig: suite.Member(t, name).Kubeconfig, Args: []string{"--heartbeat-interval", "1s", "--gate-poll", "300ms"},
-		Log: filepath.Join(suite.Env.StateDir, name+".agent-via-proxy.log")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &agent{t: t, Agent: p}
-	t.Cleanup(func() { a.stop(syscall.SIGTERM) })
-	return a
+	return startAgentWith(t, name, file, filepath.Join(suite.Env.StateDir, name+".agent-via-proxy.log"))
 }

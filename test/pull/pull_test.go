@@ -110,10 +110,17 @@ type agent struct {
 func startAgent(t *testing.T, name string) *agent {
 	t.Helper()
 	joined(t)
+	return startAgentWith(t, name, filepath.Join(suite.Env.StateDir, name+".credential.json"), filepath.Join(suite.Env.StateDir, name+".agent.log"))
+}
+
+// startAgentWith runs the agent of a pull member with credential file cred (the bootstrap
+// token is spent with the first), its output appended to log, until the test ends.
+func startAgentWith(t *testing.T, name, cred, log string) *agent {
+	t.Helper()
 	p, err := agentproc.Start(agentproc.Options{Bin: binary(t), Cluster: name,
-		CredentialFile: filepath.Join(suite.Env.StateDir, name+".credential.json"), BootstrapFile: bootstrapFile(name),
+		CredentialFile: cred, BootstrapFile: bootstrapFile(name),
 		MemberKubeconfig: suite.Member(t, name).Kubeconfig, Args: []string{"--heartbeat-interval", "1s", "--gate-poll", "300ms"},
-		Log: filepath.Join(suite.Env.StateDir, name+".agent.log")})
+		Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -382,13 +389,20 @@ func TestAgentRidesOutFaults(t *testing.T) {
 		t.Fatal("no fault was injected: the test proves nothing")
 	}
 	t.Logf("faults injected on the pull members: %s", injected)
-	for _, tt := range f.PhasesFor("mysql-a") {
+	assertRolledBack(t, f, "mysql-a", snaps)
+}
+
+// assertRolledBack checks that every target of rel ended RolledBack and that every member runs
+// rel, its operator state equal to its snapshot in snaps.
+func assertRolledBack(t *testing.T, f *fleet.Fleet, rel string, snaps map[string]string) {
+	t.Helper()
+	for _, tt := range f.PhasesFor(rel) {
 		if tt != v1alpha1.ClusterRolledBack {
-			t.Errorf("phases after the rollback: %v", f.PhasesFor("mysql-a"))
+			t.Errorf("phases after the rollback: %v", f.PhasesFor(rel))
 			break
 		}
 	}
-	assertAll(t, f, "mysql-a", snaps, true)
+	assertAll(t, f, rel, snaps, true)
 }
 
 // bind lets Rollouts of namespace ns target member name (spec.boundNamespaces) until the
