@@ -215,6 +215,9 @@ func Run(ctx context.Context, o Options) error {
 // join trades the bootstrap token for the agent's credential, stored as soon as the token is
 // spent: a fault or a crash after that loses nothing, a restarted agent goes on with it.
 func (a *agent) join(ctx context.Context) (*join.Credential, error) {
+	if err := a.o.Credentials.CanSave(a.o.Bootstrap); err != nil {
+		return nil, err // the token not spent: a fixed path joins with it
+	}
 	keep := func(c *join.Credential) error { return a.o.Credentials.Save(a.o.Bootstrap, c) }
 	cred, err := join.Exchange(ctx, a.o.Bootstrap, a.o.Cluster, a.o.CredentialTTL, keep)
 	if err != nil {

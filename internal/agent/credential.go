@@ -47,13 +47,9 @@ func (f CredentialFile) Load() (*join.Credential, *rest.Config, error) {
 
 // Save writes cred for hub (its server and CA), replacing the file atomically.
 func (f CredentialFile) Save(hub *rest.Config, cred *join.Credential) error {
-	ca := hub.CAData
-	if len(ca) == 0 && hub.CAFile != "" {
-		b, err := os.ReadFile(hub.CAFile)
-		if err != nil {
-			return fmt.Errorf("reading the hub's CA %s: %w", hub.CAFile, err)
-		}
-		ca = b
+	ca, err := hubCA(hub)
+	if err != nil {
+		return err
 	}
 	b, err := json.Marshal(storedCredential{Server: hub.Host, CAData: ca, Token: cred.Token, IssuedAt: cred.IssuedAt, ExpiresAt: cred.ExpiresAt})
 	if err != nil {
@@ -83,4 +79,32 @@ func (f CredentialFile) Save(hub *rest.Config, cred *join.Credential) error {
 		return fmt.Errorf("--credential-file %s: %w", f.Path, err)
 	}
 	return nil
+}
+
+// hubCA is the hub's CA of hub: its data, or its file's.
+func hubCA(hub *rest.Config) ([]byte, error) {
+	if len(hub.CAData) > 0 || hub.CAFile == "" {
+		return hub.CAData, nil
+	}
+	b, err := os.ReadFile(hub.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("reading the hub's CA %s: %w", hub.CAFile, err)
+	}
+	return b, nil
+}
+
+// CanSave says whether a credential for hub can be saved (its CA read, a file written in the
+// file's folder), before the bootstrap token is spent: a credential that cannot be stored once
+// it is traded would cost the token.
+func (f CredentialFile) CanSave(hub *rest.Config) error {
+	if _, err := hubCA(hub); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(f.Path), ".rewind-agent-credential-check-*")
+	if err != nil {
+		return fmt.Errorf("--credential-file %s cannot be written (%w): the agent keeps the credential it trades its bootstrap token for there; point it at a writable folder that outlives the agent (the chart: agent.persistence)", f.Path, err)
+	}
+	name := tmp.Name()
+	tmp.Close()
+	return os.Remove(name)
 }

@@ -44,3 +44,24 @@ func TestCredentialFile(t *testing.T) {
 		t.Fatalf("Load of a file that is no credential: %v", err)
 	}
 }
+
+// CanSave finds, before a bootstrap token is spent, a credential file that could not be saved:
+// a folder that does not exist, a hub CA file that cannot be read. It leaves nothing behind.
+func TestCredentialFileCanSave(t *testing.T) {
+	dir := t.TempDir()
+	hub := &rest.Config{Host: "https://hub.example.com:6443", TLSClientConfig: rest.TLSClientConfig{CAData: []byte("ca")}}
+	if err := (CredentialFile{Path: filepath.Join(dir, "credential.json")}).CanSave(hub); err != nil {
+		t.Fatalf("a writable folder: %v", err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("files left by the check: %v", entries)
+	}
+	missing := filepath.Join(dir, "no-such-folder", "credential.json")
+	if err := (CredentialFile{Path: missing}).CanSave(hub); err == nil || !strings.Contains(err.Error(), "--credential-file "+missing) {
+		t.Fatalf("a folder that does not exist: want an error naming --credential-file, got %v", err)
+	}
+	noCA := &rest.Config{Host: hub.Host, TLSClientConfig: rest.TLSClientConfig{CAFile: filepath.Join(dir, "no-such-ca.crt")}}
+	if err := (CredentialFile{Path: filepath.Join(dir, "credential.json")}).CanSave(noCA); err == nil || !strings.Contains(err.Error(), "hub's CA") {
+		t.Fatalf("a CA file that cannot be read: want an error naming it, got %v", err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -199,6 +200,30 @@ func TestAgentJoinsAgainWhenItsCredentialIsRevoked(t *testing.T) {
 	}
 	if err := stop(); err != nil {
 		t.Fatalf("the agent stopped with %v", err)
+	}
+}
+
+// TestAgentWithACredentialFileItCannotWriteKeepsTheToken: an agent whose --credential-file
+// cannot be written stops with an error that names the flag before it spends its bootstrap
+// token, which then still joins. Before, it traded the token, could not store the credential,
+// and the member needed a new join.
+func TestAgentWithACredentialFileItCannotWriteKeepsTheToken(t *testing.T) {
+	const name = "agent-edge-nowrite"
+	boot := joinMember(t, name)
+	bad := filepath.Join(t.TempDir(), "no-such-folder", "credential.json")
+	o := agent.Options{Cluster: name, Bootstrap: boot, Credentials: agent.CredentialFile{Path: bad},
+		Member: env.Members[0].RESTConfig(), CredentialTTL: time.Hour, NoWork: true}
+	stop, finished := runAgent(t, o)
+	select {
+	case <-finished:
+	case <-time.After(time.Minute):
+		t.Fatal("the agent with a credential file it cannot write did not stop")
+	}
+	if err := stop(); err == nil || !strings.Contains(err.Error(), "--credential-file "+bad) {
+		t.Fatalf("want an error naming --credential-file %s, got %v", bad, err)
+	}
+	if _, err := join.Exchange(t.Context(), boot, name, time.Hour, nil); err != nil {
+		t.Fatalf("the bootstrap token after the agent stopped on its credential file: %v", err)
 	}
 }
 
