@@ -78,6 +78,9 @@ type Options struct {
 	MetricsAddr string
 	// NoWork runs the heartbeat only, no targets (tests of joining).
 	NoWork bool
+	// CacheSyncTimeout bounds the wait of the work's controller for its cache at start (0:
+	// controller-runtime's default, 2 minutes; tests shorten it).
+	CacheSyncTimeout time.Duration
 }
 
 // ClaimError says that the MemberCluster already belongs to another cluster.
@@ -165,7 +168,7 @@ func Run(ctx context.Context, o Options) error {
 	if o.NoWork {
 		workDone <- nil
 	} else {
-		go func() { workDone <- a.work(ctx) }()
+		go func() { workDone <- a.workOn(ctx) }()
 	}
 	defer func() {
 		cancel()

@@ -17,6 +17,8 @@ import (
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/controller/target"
+	"github.com/rewind-dev/rewind/internal/fault"
+	"github.com/rewind-dev/rewind/internal/join"
 	"github.com/rewind-dev/rewind/internal/member"
 	"github.com/rewind-dev/rewind/internal/release"
 )
@@ -69,7 +71,7 @@ func (a *agent) work(ctx context.Context) error {
 			// Secrets are read where needed, never cached.
 			DisableFor: []client.Object{&v1alpha1.MemberCluster{}, &corev1.Secret{}},
 		}},
-		Controller: config.Controller{SkipNameValidation: &skip},
+		Controller: config.Controller{SkipNameValidation: &skip, CacheSyncTimeout: a.o.CacheSyncTimeout},
 		Logger:     ctrl.LoggerFrom(ctx),
 	})
 	if err != nil {
@@ -85,6 +87,35 @@ func (a *agent) work(ctx context.Context) error {
 		return err
 	}
 	return mgr.Start(ctx)
+}
+
+// workOn runs the work until ctx ends. The work stops when its cache does not sync within
+// CacheSyncTimeout (controller-runtime's default: 2 minutes), as it does when the hub goes away
+// right after the agent's claim and stays away that long. That error has no type of its own:
+// the agent then sends the hub the work's own request (a list of its targets) and, when that
+// meets a fault, waits for the hub and starts the work again. Before, the agent stopped. A stop
+// of the work while the hub answers ends the agent, as before.
+func (a *agent) workOn(ctx context.Context) error {
+	for {
+		err := a.work(ctx)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		c, cerr := client.New(a.workConfig(), client.Options{Scheme: scheme})
+		if cerr != nil {
+			return err
+		}
+		list := func() error {
+			return c.List(ctx, &v1alpha1.RolloutTargetList{}, client.InNamespace(v1alpha1.MemberNamespace(a.o.Cluster)), client.Limit(1))
+		}
+		if perr := list(); !fault.IsTransient(perr) {
+			return err
+		}
+		ctrl.LoggerFrom(ctx).Info("the agent's work stopped while the hub did not answer; it starts again once the hub answers", "error", err.Error())
+		if perr := join.Patiently(ctx, "listing the member's targets", list); perr != nil {
+			return err
+		}
+	}
 }
 
 func metricsAddr(s string) string {
