@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/fault"
 	"github.com/rewind-dev/rewind/internal/join"
 )
 
@@ -125,19 +126,18 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	joined := false
-	if cred == nil || !a.now().Before(cred.ExpiresAt) {
+	joined := cred == nil || !a.now().Before(cred.ExpiresAt)
+	if joined {
 		if o.Bootstrap == nil {
 			return fmt.Errorf("no usable credential in --credential-file %s and no --bootstrap-kubeconfig: run `rewind clusters join %s` on the hub and pass the file it writes",
 				o.Credentials.Path, o.Cluster)
 		}
-		if cred, err = a.join(ctx); err != nil {
-			return err
-		}
-		hub, joined = o.Bootstrap, true
+		err = a.join(ctx)
+	} else {
+		a.hub = hub
+		err = a.use(cred)
 	}
-	a.hub = hub
-	if err := a.use(cred); err != nil {
+	if err != nil {
 		return err
 	}
 	err = a.claim(ctx, version)
@@ -149,13 +149,8 @@ func Run(ctx context.Context, o Options) error {
 		// agent stopped on the stored credential however often it was restarted with a new
 		// token, until a person removed the file.
 		log.Info("the hub refused the stored credential, joining again with the bootstrap token", "error", err.Error())
-		cred, jerr := a.join(ctx)
-		if jerr != nil {
+		if jerr := a.join(ctx); jerr != nil {
 			return fmt.Errorf("%w; and the bootstrap token of --bootstrap-kubeconfig: %v", err, jerr)
-		}
-		a.hub = o.Bootstrap
-		if err := a.use(cred); err != nil {
-			return err
 		}
 		err = a.claim(ctx, version)
 	}
@@ -216,18 +211,20 @@ func Run(ctx context.Context, o Options) error {
 }
 
 // join trades the bootstrap token for the agent's credential, stored as soon as the token is
-// spent: a fault or a crash after that loses nothing, a restarted agent goes on with it.
-func (a *agent) join(ctx context.Context) (*join.Credential, error) {
+// spent (a fault or a crash after that loses nothing, a restarted agent goes on with it), and
+// talks to the hub with it from then on.
+func (a *agent) join(ctx context.Context) error {
 	if err := a.o.Credentials.CanSave(a.o.Bootstrap); err != nil {
-		return nil, err // the token not spent: a fixed path joins with it
+		return err // the token not spent: a fixed path joins with it
 	}
 	keep := func(c *join.Credential) error { return a.o.Credentials.Save(a.o.Bootstrap, c) }
 	cred, err := join.Exchange(ctx, a.o.Bootstrap, a.o.Cluster, a.o.CredentialTTL, keep)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	ctrl.LoggerFrom(ctx).Info("joined the hub", "cluster", a.o.Cluster, "credentialExpiresAt", cred.ExpiresAt)
-	return cred, nil
+	a.hub = a.o.Bootstrap
+	return a.use(cred)
 }
 
 func (a *agent) now() time.Time {
@@ -270,7 +267,7 @@ func (a *agent) renewIfDue(ctx context.Context) error {
 // its hub answers (five tries, before, let a hub away for 3 s at the agent's start stop it).
 func (a *agent) claim(ctx context.Context, version string) error {
 	mc := &v1alpha1.MemberCluster{}
-	if err := join.Patiently(ctx, "reading MemberCluster "+a.o.Cluster, func() error { return a.c.Get(ctx, client.ObjectKey{Name: a.o.Cluster}, mc) }); err != nil {
+	if err := fault.RetryLogged(ctx, 0, "reading MemberCluster "+a.o.Cluster, func() error { return a.c.Get(ctx, client.ObjectKey{Name: a.o.Cluster}, mc) }); err != nil {
 		return join.CredentialRefused(a.o.Cluster, fmt.Errorf("reading MemberCluster %s: %w", a.o.Cluster, err))
 	}
 	if mc.Status.ClusterID != "" && mc.Status.ClusterID != a.id {
@@ -278,7 +275,7 @@ func (a *agent) claim(ctx context.Context, version string) error {
 	}
 	base := mc.DeepCopy()
 	mc.Status.ClusterID, mc.Status.ServerVersion = a.id, version
-	err := join.Patiently(ctx, "writing the status of MemberCluster "+a.o.Cluster, func() error { return a.c.Status().Patch(ctx, mc, client.MergeFrom(base)) })
+	err := fault.RetryLogged(ctx, 0, "writing the status of MemberCluster "+a.o.Cluster, func() error { return a.c.Status().Patch(ctx, mc, client.MergeFrom(base)) })
 	if err != nil {
 		return join.CredentialRefused(a.o.Cluster, fmt.Errorf("writing the status of MemberCluster %s: %w", a.o.Cluster, err))
 	}
@@ -350,7 +347,7 @@ func identify(ctx context.Context, member *rest.Config) (id, version string, err
 		return "", "", fmt.Errorf("the member's API server: %w", err)
 	}
 	ns := &corev1.Namespace{}
-	if err := join.Patiently(ctx, "reading the member's kube-system namespace", func() error { return c.Get(ctx, client.ObjectKey{Name: "kube-system"}, ns) }); err != nil {
+	if err := fault.RetryLogged(ctx, 0, "reading the member's kube-system namespace", func() error { return c.Get(ctx, client.ObjectKey{Name: "kube-system"}, ns) }); err != nil {
 		return "", "", fmt.Errorf("reading the member's kube-system namespace (its cluster ID): %w", err)
 	}
 	dc, err := discovery.NewDiscoveryClientForConfig(member)
@@ -358,7 +355,7 @@ func identify(ctx context.Context, member *rest.Config) (id, version string, err
 		return "", "", err
 	}
 	var v string
-	err = join.Patiently(ctx, "reading the member's version", func() error {
+	err = fault.RetryLogged(ctx, 0, "reading the member's version", func() error {
 		info, err := dc.ServerVersion()
 		if err == nil {
 			v = info.GitVersion

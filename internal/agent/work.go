@@ -18,7 +18,6 @@ import (
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/controller/target"
 	"github.com/rewind-dev/rewind/internal/fault"
-	"github.com/rewind-dev/rewind/internal/join"
 	"github.com/rewind-dev/rewind/internal/member"
 	"github.com/rewind-dev/rewind/internal/release"
 )
@@ -112,7 +111,7 @@ func (a *agent) workOn(ctx context.Context) error {
 			return err
 		}
 		ctrl.LoggerFrom(ctx).Info("the agent's work stopped while the hub did not answer; it starts again once the hub answers", "error", err.Error())
-		if perr := join.Patiently(ctx, "listing the member's targets", list); perr != nil {
+		if perr := fault.RetryLogged(ctx, 0, "listing the member's targets", list); perr != nil {
 			return err
 		}
 	}

@@ -24,6 +24,7 @@ import (
 
 	"golang.org/x/net/http2"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // IsTransient says whether err is a fault that a retry of the same request may get past:
@@ -157,6 +158,20 @@ func Retry(ctx context.Context, steps int, fn func() error) error {
 		case <-t.C:
 		}
 	}
+}
+
+// RetryLogged is Retry that says in the log of ctx (controller-runtime's) at each fault that it
+// tries the request again, naming it by what: for a process that has nothing to do before the
+// other side answers (an agent waiting for its hub or its own cluster), whose operator must see
+// why it waits.
+func RetryLogged(ctx context.Context, steps int, what string, fn func() error) error {
+	return Retry(ctx, steps, func() error {
+		err := fn()
+		if IsTransient(err) {
+			log.FromContext(ctx).Info("a request met a fault, trying again", "request", what, "error", err.Error())
+		}
+		return err
+	})
 }
 
 // CreateTries is how many times a create that may be sent again is sent in all when it meets

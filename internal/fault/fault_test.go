@@ -7,13 +7,17 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	"golang.org/x/net/http2"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/rewind-dev/rewind/internal/fault"
 )
@@ -199,6 +203,43 @@ func TestRetry(t *testing.T) {
 	tries = 0
 	if err := fault.Retry(short, 0, func() error { tries++; return apierrors.NewServiceUnavailable("down") }); !apierrors.IsServiceUnavailable(err) || short.Err() == nil {
 		t.Errorf("faults are retried until the context ends: err %v, context %v", err, short.Err())
+	}
+}
+
+// RetryLogged retries as Retry does and says in the log at each fault, and only at a fault,
+// which request it tries again.
+func TestRetryLogged(t *testing.T) {
+	var lines []string
+	ctx := log.IntoContext(context.Background(), funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{}))
+	tries := 0
+	err := fault.RetryLogged(ctx, 0, "reading the thing", func() error {
+		if tries++; tries < 3 {
+			return apierrors.NewServiceUnavailable("down")
+		}
+		return nil
+	})
+	if err != nil || tries != 3 {
+		t.Fatalf("a fault twice then success: err %v after %d tries, want nil after 3", err, tries)
+	}
+	if len(lines) != 2 {
+		t.Fatalf("logged %d lines for two faults, want 2: %q", len(lines), lines)
+	}
+	for _, l := range lines {
+		if !strings.Contains(l, `"request"="reading the thing"`) {
+			t.Errorf("the log line does not name the request: %s", l)
+		}
+	}
+
+	lines, tries = nil, 0
+	err = fault.RetryLogged(ctx, 0, "reading the thing", func() error { tries++; return apierrors.NewNotFound(gr, "x") })
+	if !apierrors.IsNotFound(err) || tries != 1 || len(lines) != 0 {
+		t.Errorf("a failure is returned at once and not logged as a fault: err %v after %d tries, %d lines", err, tries, len(lines))
+	}
+
+	lines, tries = nil, 0
+	err = fault.RetryLogged(logr.NewContext(ctx, logr.Discard()), 2, "reading the thing", func() error { tries++; return apierrors.NewTooManyRequests("slow", 0) })
+	if !apierrors.IsTooManyRequests(err) || tries != 2 || len(lines) != 0 {
+		t.Errorf("faults stop after the steps given, logged to the context's own logger: err %v after %d tries, %d lines elsewhere", err, tries, len(lines))
 	}
 }
 

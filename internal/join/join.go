@@ -13,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
@@ -287,23 +286,14 @@ const (
 // returned at once.
 func retry(ctx context.Context, fn func() error) error { return fault.Retry(ctx, tries, fn) }
 
-// Patiently retries the request fn (what it asks: for the log) through faults until ctx ends,
-// saying in the log at each fault that it tries again: for an agent that has nothing to do
-// before its hub (or its own cluster) answers.
-func Patiently(ctx context.Context, what string, fn func() error) error {
-	return retryN(ctx, patient, what, fn)
-}
-
-// retryN retries the hub request fn (what it asks: for the log) through faults steps times in
-// all (fault.Retry); when patient, it says in the log at each fault that it tries again.
+// retryN retries the hub request fn (what it asks) through faults steps times in all; when
+// patient (an agent's join), until ctx ends, saying in the agent's log at each fault that it
+// tries again (fault.RetryLogged). A person's command logs nothing: its error says it all.
 func retryN(ctx context.Context, steps int, what string, fn func() error) error {
-	return fault.Retry(ctx, steps, func() error {
-		err := fn()
-		if steps == patient && fault.IsTransient(err) {
-			ctrl.LoggerFrom(ctx).Info("a request met a fault, trying again", "request", what, "error", err.Error())
-		}
-		return err
-	})
+	if steps == patient {
+		return fault.RetryLogged(ctx, 0, what, fn)
+	}
+	return fault.Retry(ctx, steps, fn)
 }
 
 func ptr[T any](v T) *T { return &v }
