@@ -22,7 +22,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/smithy-go"
 	"golang.org/x/net/http2"
+	"google.golang.org/api/googleapi"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 )
@@ -34,6 +38,9 @@ import (
 //   - a transport error: a connection refused, reset or aborted, a broken pipe, an unexpected
 //     end of file, a network or host unreachable, a timeout (dial, TLS handshake, response
 //     headers, client timeout), a DNS lookup that failed, an HTTP/2 GOAWAY or stream reset;
+//   - the same statuses answered by a snapshot store's or a KMS's cloud service (the AWS, Google
+//     and Azure SDKs' response errors, wrapped by gocloud.dev), and the AWS SDK's throttling
+//     and request-timeout error codes (cloudStatus);
 //   - a request whose own deadline passed (context.DeadlineExceeded), for the caller decides
 //     separately whether its own context ended.
 //
@@ -48,6 +55,9 @@ func IsTransient(err error) bool {
 	var status apierrors.APIStatus
 	if errors.As(err, &status) {
 		return transientCode(status.Status().Code)
+	}
+	if code, ok := cloudStatus(err); ok {
+		return code
 	}
 	if isConfigTLS(err) {
 		return false
@@ -83,6 +93,42 @@ func IsTransient(err error) bool {
 		return true
 	}
 	return false
+}
+
+// cloudStatus classifies an answer of a snapshot store's or a KMS's service, told by the types of
+// the cloud SDKs that gocloud.dev's drivers wrap (each a wrapped cause of a *gcerr.Error): the
+// AWS SDK's API error codes for throttling and request timeouts (an S3 SlowDown, a KMS
+// ThrottlingException, answered 400 or 503: aws/retry's own tables), and the HTTP status of an
+// AWS, Google or Azure answer. ok is false when err holds none of these.
+func cloudStatus(err error) (transient, ok bool) {
+	var api smithy.APIError
+	if errors.As(err, &api) {
+		code := api.ErrorCode()
+		_, throttled := retry.DefaultThrottleErrorCodes[code]
+		_, timedOut := retry.DefaultRetryableErrorCodes[code]
+		if throttled || timedOut {
+			return true, true
+		}
+	}
+	var (
+		aws    interface{ HTTPStatusCode() int } // smithy-go's (and the AWS SDK's) ResponseError
+		google *googleapi.Error
+		azure  *azcore.ResponseError
+	)
+	code := 0 // none: no answer (the AWS SDK's ResponseError of a request that was never
+	// answered, a connection reset, says 0): the transport's error decides
+	switch {
+	case errors.As(err, &aws):
+		code = aws.HTTPStatusCode()
+	case errors.As(err, &google):
+		code = google.Code
+	case errors.As(err, &azure):
+		code = azure.StatusCode
+	}
+	if code == 0 {
+		return false, false
+	}
+	return transientCode(int32(code)), true
 }
 
 // transientCode says whether an HTTP status code is worth a retry of the same request.

@@ -86,9 +86,19 @@ func TestPullMembersSnapshotIntoTheSnapshotStore(t *testing.T) {
 		}
 	}
 
-	// A person's rollback, from the bucket.
+	// A person's rollback, from the bucket, which is away (503s and resets) for 15 s from the
+	// first read of a member's snapshot: longer than the cloud SDK's own tries (about 3 s).
+	// Every member, push and pull, rides it out (before, a store's 503 after those tries was
+	// taken as a snapshot that cannot be restored, and the rollback failed for good).
+	faulty.FailFor("-member", 15*time.Second)
+	u0, r0 := faulty.Counts()
 	suite.Rewind(t, f.NS, "rollback", f.Name, "--reason", "pull members from the store")
 	f.WaitPhase("mysql-a", v1alpha1.RolloutRolledBack, 5*time.Minute)
+	if u1, r1 := faulty.Counts(); u1+r1 == u0+r0 {
+		t.Fatal("the store never failed the rollback's reads: the fault proves nothing")
+	} else {
+		t.Logf("the rollback's reads met %d answers 503 and %d connections reset", u1-u0, r1-r0)
+	}
 	assertAll(t, f, "mysql-a", upgrade, true)
 
 	// A failed gate: RollbackAll restores every member from its snapshot of mysql-a, in the bucket.
