@@ -18,12 +18,20 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/fault"
 	"github.com/rewind-dev/rewind/internal/patch"
 	"github.com/rewind-dev/rewind/internal/snapshot/snapstore"
 )
 
 // DefaultProbeInterval is how often a SnapshotStore is probed when spec.probeInterval is unset.
 const DefaultProbeInterval = 5 * time.Minute
+
+// NotReadyReprobe is how soon a SnapshotStore that is not Ready is probed again (its
+// spec.probeInterval when shorter): a store that was away, or a bucket or key a person mended,
+// is Ready again within it, and targets waiting for it go on. Before, one probe that met a
+// blip of the store kept it not Ready, and every cluster's snapshot waiting, for the whole
+// interval (5 minutes by default).
+const NotReadyReprobe = 30 * time.Second
 
 // FinalizerSnapshotsStored keeps a SnapshotStore while Snapshots of its namespace say their
 // payload is in it: without it, they could not be read.
@@ -73,7 +81,7 @@ func (r *SnapshotStoreReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	// Probed within the interval at this generation (a Snapshot deletion or a restart woke
 	// us): the result stands until the next probe is due.
 	if st.Status.ObservedGeneration == st.Generation && st.Status.LastProbeTime != nil {
-		if wait := st.Status.LastProbeTime.Add(interval).Sub(r.now()); wait > 0 {
+		if wait := st.Status.LastProbeTime.Add(reprobe(st, interval)).Sub(r.now()); wait > 0 {
 			return ctrl.Result{RequeueAfter: wait}, nil
 		}
 	}
@@ -91,10 +99,22 @@ func (r *SnapshotStoreReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	now := metav1.NewTime(r.now())
 	st.Status.LastProbeTime = &now
 	st.Status.ObservedGeneration = st.Generation
-	return ctrl.Result{RequeueAfter: interval}, nil
+	return ctrl.Result{RequeueAfter: reprobe(st, interval)}, nil
 }
 
-// probe sets the Writable, KeyAvailable and Ready conditions of st.
+// reprobe is how long after a probe st is probed again: its interval when Ready, at most
+// NotReadyReprobe when not.
+func reprobe(st *v1alpha1.SnapshotStore, interval time.Duration) time.Duration {
+	if !meta.IsStatusConditionTrue(st.Status.Conditions, v1alpha1.ConditionReady) {
+		return min(interval, NotReadyReprobe)
+	}
+	return interval
+}
+
+// probe sets the Writable, KeyAvailable and Ready conditions of st. A probe of the store or of
+// its key that meets a fault (fault.IsTransient: a 429 or 5xx, a reset, a throttled KMS) is
+// tried again in place until ctx (the probe's timeout) ends: a blip does not make the store
+// not Ready.
 func (r *SnapshotStoreReconciler) probe(ctx context.Context, st *v1alpha1.SnapshotStore) {
 	set := func(typ string, err error, okReason, okMsg string) {
 		c := metav1.Condition{Type: typ, Status: metav1.ConditionTrue, Reason: okReason, Message: okMsg, ObservedGeneration: st.Generation}
@@ -110,14 +130,14 @@ func (r *SnapshotStoreReconciler) probe(ctx context.Context, st *v1alpha1.Snapsh
 	if err != nil {
 		storeErr = err
 	} else {
-		storeErr = snapstore.ProbeStore(ctx, s)
+		storeErr = fault.Retry(ctx, 0, func() error { return snapstore.ProbeStore(ctx, s) })
 	}
 	set(v1alpha1.ConditionWritable, storeErr, v1alpha1.ReasonProbeSucceeded, "a probe object was written, read back and deleted at "+st.Status.URL)
 
 	kek, keyErr := snapstore.OpenKey(ctx, r.Client, st.Namespace, st.Spec.KeyRef, st.Spec.CredentialsSecretRef)
 	if keyErr == nil {
 		st.Status.KeyID = kek.ID()
-		if err := snapstore.ProbeKey(ctx, kek); err != nil {
+		if err := fault.Retry(ctx, 0, func() error { return snapstore.ProbeKey(ctx, kek) }); err != nil {
 			keyErr = &snapstore.KeyError{Key: keyName, Err: err}
 		}
 	}

@@ -24,19 +24,24 @@ import (
 	"github.com/rewind-dev/rewind/internal/teststores"
 )
 
-// probe reconciles the store once and returns it with its status.
+// probe reconciles the store once and returns it with its status. It is probed again after
+// the interval (1m) when Ready, after NotReadyReprobe when not.
 func probe(t *testing.T, r *SnapshotStoreReconciler, st *v1alpha1.SnapshotStore) *v1alpha1.SnapshotStore {
 	t.Helper()
 	res, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(st)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.RequeueAfter != time.Minute {
-		t.Errorf("requeue after %s, want the probe interval 1m", res.RequeueAfter)
-	}
 	got := &v1alpha1.SnapshotStore{}
 	if err := r.Client.Get(t.Context(), client.ObjectKeyFromObject(st), got); err != nil {
 		t.Fatal(err)
+	}
+	want := time.Minute
+	if !meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.ConditionReady) {
+		want = NotReadyReprobe
+	}
+	if res.RequeueAfter != want {
+		t.Errorf("requeue after %s, want %s (Ready: %v)", res.RequeueAfter, want, meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.ConditionReady))
 	}
 	return got
 }
@@ -57,7 +62,7 @@ func TestSnapshotStoreProbe(t *testing.T) {
 	srv.CreateBucket(t, "snapshots")
 	key := kms.CreateKey(t, "probe")
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	r := &SnapshotStoreReconciler{Client: c, Now: func() time.Time { return now }, ProbeTimeout: 20 * time.Second}
+	r := &SnapshotStoreReconciler{Client: c, Now: func() time.Time { return now }, ProbeTimeout: 10 * time.Second}
 	creds := func(name, secret string) {
 		if err := c.Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Data: map[string][]byte{
 			snapstore.CredAccessKeyID: []byte(srv.AccessKey), snapstore.CredSecretAccessKey: []byte(secret)}}); err != nil {
@@ -118,6 +123,80 @@ func TestSnapshotStoreProbe(t *testing.T) {
 	srv.Stop()
 	now = now.Add(time.Minute)
 	wantCondition(t, probe(t, r, ok), v1alpha1.ConditionWritable, metav1.ConditionFalse, v1alpha1.ReasonStoreUnreachable, "")
+}
+
+// A store that meets a blip (503s and resets for several seconds, longer than the S3 SDK's
+// own three tries) is Ready all the same: the probe is tried again in place until its timeout.
+// A store away for longer is not Ready, and is probed again after NotReadyReprobe, not after its interval: once
+// it is back, it is Ready within that, and so are the snapshots that wait for it. Before, one
+// probe that met a blip kept the store not Ready, and every cluster's snapshot waiting, for the
+// whole interval.
+func TestSnapshotStoreRidesOutABlip(t *testing.T) {
+	c := testenv.HubClient(t, env.Hub.RESTConfig())
+	ns := testenv.Namespace(t, env.Hub.RESTConfig())
+	srv := teststores.StartS3(t)
+	srv.CreateBucket(t, "snapshots")
+	faulty := teststores.StartFaultyHTTP(t, srv.Endpoint)
+	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	r := &SnapshotStoreReconciler{Client: c, Now: func() time.Time { return now }, ProbeTimeout: 15 * time.Second}
+	if err := c.Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "creds", Namespace: ns}, Data: map[string][]byte{
+		snapstore.CredAccessKeyID: []byte(srv.AccessKey), snapstore.CredSecretAccessKey: []byte(srv.SecretKey)}}); err != nil {
+		t.Fatal(err)
+	}
+	st := &v1alpha1.SnapshotStore{ObjectMeta: metav1.ObjectMeta{Name: "s3", Namespace: ns}, Spec: v1alpha1.SnapshotStoreSpec{
+		Provider: v1alpha1.StoreProviderS3, Bucket: "snapshots", Endpoint: faulty.URL, Region: srv.Region,
+		CredentialsSecretRef: &v1alpha1.LocalSecretReference{Name: "creds"}, ProbeInterval: &metav1.Duration{Duration: time.Hour},
+	}}
+	if err := c.Create(t.Context(), st); err != nil {
+		t.Fatal(err)
+	}
+	reconcile := func() (ctrl.Result, *v1alpha1.SnapshotStore) {
+		t.Helper()
+		res, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(st)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := &v1alpha1.SnapshotStore{}
+		if err := c.Get(t.Context(), client.ObjectKeyFromObject(st), got); err != nil {
+			t.Fatal(err)
+		}
+		return res, got
+	}
+
+	faulty.FailFor("", 7*time.Second)
+	res, got := reconcile()
+	if unavailable, reset := faulty.Counts(); unavailable+reset == 0 {
+		t.Fatal("the probe met no fault: the test proves nothing")
+	}
+	wantCondition(t, got, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonProbeSucceeded, "")
+	if res.RequeueAfter != time.Hour {
+		t.Errorf("a Ready store is probed again after %s, want its interval 1h", res.RequeueAfter)
+	}
+
+	// Away for longer than the probe's timeout: not Ready, probed again soon.
+	now = now.Add(time.Hour)
+	faulty.FailFor("", time.Hour)
+	res, got = reconcile()
+	if meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.ConditionReady) {
+		t.Fatalf("a store away for longer than the probe's timeout is Ready: %+v", got.Status.Conditions)
+	}
+	if res.RequeueAfter != NotReadyReprobe {
+		t.Fatalf("a store that is not Ready is probed again after %s, want %s", res.RequeueAfter, NotReadyReprobe)
+	}
+	// Woken earlier (a Snapshot deleted), it keeps its finding until then.
+	now = now.Add(10 * time.Second)
+	if res, _ = reconcile(); res.RequeueAfter != NotReadyReprobe-10*time.Second {
+		t.Fatalf("a reconcile 10s after a failed probe: requeue after %s, want %s", res.RequeueAfter, NotReadyReprobe-10*time.Second)
+	}
+
+	// Back: Ready at the next probe.
+	faulty.Heal()
+	now = now.Add(NotReadyReprobe)
+	res, got = reconcile()
+	wantCondition(t, got, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonProbeSucceeded, "")
+	if res.RequeueAfter != time.Hour {
+		t.Errorf("Ready again: probed again after %s, want its interval 1h", res.RequeueAfter)
+	}
 }
 
 func teststoresList(srv *teststores.S3, bucket string) ([]string, error) {

@@ -59,6 +59,13 @@ func (f *FaultyHTTP) FailFor(match string, d time.Duration) {
 	f.match, f.duration, f.until, f.armed = match, d, time.Time{}, true
 }
 
+// Heal disarms the proxy: every request goes through again.
+func (f *FaultyHTTP) Heal() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.armed = false
+}
+
 // Counts are the requests answered 503 and the connections reset.
 func (f *FaultyHTTP) Counts() (unavailable, reset int64) { return f.unavailable.Load(), f.reset.Load() }
 
