@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -51,10 +52,16 @@ func (ms *Measurer) Measure(ctx context.Context, m *Metric, d Data, creds Creden
 	q, rerr := m.Render(d)
 	if rerr != nil {
 		err = rerr
-	} else if p := m.Spec.Provider.Prometheus; p != nil {
-		result, err = ms.prometheus(ctx, p, q, creds)
-	} else if w := m.Spec.Provider.Web; w != nil {
-		result, err = ms.web(ctx, w, q, creds)
+	}
+	for try := 1; rerr == nil; try++ {
+		if p := m.Spec.Provider.Prometheus; p != nil {
+			result, err = ms.prometheus(ctx, p, q, creds)
+		} else if w := m.Spec.Provider.Web; w != nil {
+			result, err = ms.web(ctx, w, q, creds)
+		}
+		if try >= measureTries || !blip(err) || !sleep(ctx, fault.Backoff(try, 200*time.Millisecond, time.Second)) {
+			break
+		}
 	}
 	meas.FinishedAt = metav1.NewTime(ms.now())
 	switch {
@@ -86,6 +93,38 @@ type statusError struct{ code int }
 
 func (e *statusError) Error() string {
 	return fmt.Sprintf("HTTP %d %s", e.code, http.StatusText(e.code))
+}
+
+// measureTries is how many times in all a query that meets a blip (blip) is sent before it is an
+// Error measurement: a blip of the way to the provider does not count toward the metric's
+// consecutiveErrorLimit, and so cannot fail a gate by itself.
+const measureTries = 3
+
+// blip says whether a query's error is a fault that came at once and may be gone in a moment: a
+// refused or reset connection, a 429 or a 5xx (retriable), not a query that used up its
+// timeout (the metric's own limit: it is measured again after the error interval).
+func blip(err error) bool {
+	if err == nil || !retriable(err) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var (
+		ne net.Error
+		pe *promv1.Error
+	)
+	timedOut := (errors.As(err, &ne) && ne.Timeout()) || (errors.As(err, &pe) && (pe.Type == promv1.ErrTimeout || pe.Type == promv1.ErrCanceled))
+	return !timedOut
+}
+
+// sleep waits for d, or until ctx ends (false).
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // retriable says whether a measurement error may go away by itself.

@@ -3,8 +3,11 @@
 package analysis
 
 import (
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -50,6 +53,55 @@ func TestMeasureAgainstRealPrometheus(t *testing.T) {
 	}
 	if m, perm := ms.Measure(t.Context(), metric("http://127.0.0.1:"+strconv.Itoa(promtest.FreePort(t)), q), d, nil); m.Phase != v1alpha1.MetricError || perm {
 		t.Errorf("unreachable Prometheus: %+v (permanent %v), want a retriable Error", m, perm)
+	}
+}
+
+// A query that meets a blip of the way to Prometheus (an answer 503, a connection reset) is
+// sent again in place: the measurement is taken, not an Error counted toward
+// consecutiveErrorLimit (before, each blip was one, and four in a row failed the gate). A
+// Prometheus that keeps failing is still an Error, retriable.
+func TestMeasureRidesOutABlip(t *testing.T) {
+	prom := promtest.Start(t)
+	prom.Set(`app_error_ratio{cluster="member1"}`, 0.01)
+	prom.WaitValue(`app_error_ratio{cluster="member1"}`, 0.01)
+	target, err := url.Parse(prom.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failing, failed atomic.Int32 // how many requests are still to fail; how many did
+	rp := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if failing.Add(-1) < 0 {
+			rp.ServeHTTP(w, r)
+			return
+		}
+		if failed.Add(1)%2 == 0 {
+			if c, _, err := w.(http.Hijacker).Hijack(); err == nil {
+				if tc, ok := c.(*net.TCPConn); ok {
+					_ = tc.SetLinger(0)
+				}
+				_ = c.Close()
+				return
+			}
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	ms, err := Compile([]v1alpha1.Metric{{Name: "errors", SuccessCondition: "result[0] < 0.05",
+		Provider: v1alpha1.MetricProvider{Prometheus: &v1alpha1.PrometheusMetric{Address: srv.URL, Query: `app_error_ratio{cluster="{{.Cluster.Name}}"}`, Timeout: ptr[int64](5)}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := Data{Cluster: Cluster{Name: "member1"}}
+
+	failing.Store(2)
+	m, perm := (&Measurer{}).Measure(t.Context(), ms[0], d, nil)
+	if m.Phase != v1alpha1.MetricSuccessful || m.Value != "[0.01]" || perm || failed.Load() != 2 {
+		t.Errorf("after a 503 and a reset: %+v (permanent %v, %d requests failed), want Successful with [0.01]", m, perm, failed.Load())
+	}
+	failing.Store(1000)
+	if m, perm := (&Measurer{}).Measure(t.Context(), ms[0], d, nil); m.Phase != v1alpha1.MetricError || perm {
+		t.Errorf("a Prometheus that keeps failing: %+v (permanent %v), want a retriable Error", m, perm)
 	}
 }
 
