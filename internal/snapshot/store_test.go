@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -24,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/fault"
 	"github.com/rewind-dev/rewind/internal/snapshot"
 	"github.com/rewind-dev/rewind/internal/snapshot/payload"
 	"github.com/rewind-dev/rewind/internal/snapshot/snapstore"
@@ -269,6 +271,69 @@ func TestS3ServerStoppedMidUploadLeavesNoReadySnapshot(t *testing.T) {
 	}
 	if err := hub.Verify(t.Context(), snap); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A store's answer cut mid-payload (its connection closed after half the body, not reset) is a
+// fault of the way to the store: reading the snapshot fails with a transient error, not
+// ErrTruncated; Verify does not call it a checksum mismatch; once the way is whole, the same
+// reads succeed. Before, the cut read as a truncated payload, and a restore failed for good.
+func TestPayloadCutMidAnswerIsAFault(t *testing.T) {
+	mysqlFixture(t)
+	c := hubClient(t)
+	ns := testenv.Namespace(t, env.Hub.RESTConfig())
+	srv := teststores.StartS3(t)
+	srv.CreateBucket(t, "snapshots")
+	faulty := teststores.StartFaultyHTTP(t, srv.Endpoint)
+	st := s3Store(t, c, ns, "s3", srv, faulty.URL, "snapshots", nil)
+	hub := &snapshot.Hub{Client: c}
+	snap, err := takeInto(t, hub, resolve(t, c, st), ns, "cut")
+	if err != nil {
+		t.Fatal(err)
+	}
+	drain := func() error {
+		_, raw, closer, err := hub.StreamRaw(t.Context(), snap)
+		if err != nil {
+			return err
+		}
+		defer closer.Close()
+		for _, e := range raw {
+			if e != nil {
+				return e
+			}
+		}
+		return nil
+	}
+
+	// Cut in the payload's header (its first bytes), then in its first frame.
+	for _, keep := range []int64{10, 300} {
+		faulty.CutBodiesFor("/"+ns+"/cut", keep, time.Hour)
+		cuts := faulty.Cuts()
+		err = drain()
+		if faulty.Cuts() == cuts {
+			t.Fatalf("no answer was cut after %d bytes: the test proves nothing", keep)
+		}
+		if err == nil || errors.Is(err, payload.ErrTruncated) || !fault.IsTransient(err) {
+			t.Fatalf("streaming a payload whose answer was cut after %d bytes: %v; want a fault (transient, not ErrTruncated)", keep, err)
+		}
+		if err := hub.Verify(t.Context(), snap); err == nil || errors.Is(err, payload.ErrTruncated) {
+			t.Fatalf("verifying a payload whose answer was cut after %d bytes: %v; want a fault", keep, err)
+		}
+		got := &v1alpha1.Snapshot{}
+		if err := c.Get(t.Context(), client.ObjectKeyFromObject(snap), got); err != nil {
+			t.Fatal(err)
+		}
+		if cond := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionVerified); cond == nil || cond.Reason != v1alpha1.ReasonPayloadUnavailable {
+			t.Fatalf("Verified condition after an answer cut after %d bytes %+v, want reason %s", keep, cond, v1alpha1.ReasonPayloadUnavailable)
+		}
+	}
+
+	faulty.Heal()
+	if err := drain(); err != nil {
+		t.Fatalf("streaming once the way is whole: %v", err)
+	}
+	if err := hub.Verify(t.Context(), snap); err != nil {
+		t.Fatalf("verifying once the way is whole: %v", err)
 	}
 }
 

@@ -317,7 +317,8 @@ func (h *Hub) Open(ctx context.Context, snap *v1alpha1.Snapshot) (io.ReadCloser,
 	r, err := payload.NewReader(ctx, rc, kek)
 	if err != nil {
 		closer.Close()
-		if !errors.Is(err, payload.ErrCorrupted) && !errors.Is(err, payload.ErrTruncated) && !errors.Is(err, payload.ErrWrongKey) && snap.Status.Store != "" {
+		var se *payload.SourceError
+		if !errors.Is(err, payload.ErrCorrupted) && !errors.Is(err, payload.ErrTruncated) && !errors.Is(err, payload.ErrWrongKey) && !errors.As(err, &se) && snap.Status.Store != "" {
 			// The KMS refused or could not be reached.
 			err = &snapstore.KeyError{Key: snapstore.KeyName(snap.Namespace, snap.Status.KeyRef), Err: err}
 		}

@@ -1,6 +1,7 @@
 package teststores
 
 import (
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -31,6 +32,11 @@ type FaultyHTTP struct {
 	armed              bool
 	unavailable, reset atomic.Int64
 	n                  atomic.Int64
+
+	cut     *httputil.ReverseProxy // CutBodies: forwards answers cut after half their body
+	cutting bool
+	keep    int64 // bytes of a body that go through
+	cuts    atomic.Int64
 }
 
 // StartFaultyHTTP starts a proxy to target (http://HOST:PORT), closed when the test ends.
@@ -44,7 +50,23 @@ func StartFaultyHTTP(t testing.TB, target string) *FaultyHTTP {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &FaultyHTTP{URL: "http://" + l.Addr().String(), rp: httputil.NewSingleHostReverseProxy(u)}
+	f := &FaultyHTTP{URL: "http://" + l.Addr().String(), rp: httputil.NewSingleHostReverseProxy(u), cut: httputil.NewSingleHostReverseProxy(u)}
+	f.cut.ModifyResponse = func(resp *http.Response) error {
+		f.mu.Lock()
+		keep := f.keep
+		f.mu.Unlock()
+		if resp.ContentLength > keep {
+			// The Content-Length stays: the server closes the connection after keep bytes of
+			// the body, and the client reads an unexpected end of file, as when a connection
+			// is closed mid-answer (not reset) by a proxy or a load balancer.
+			resp.Body = struct {
+				io.Reader
+				io.Closer
+			}{io.LimitReader(resp.Body, keep), resp.Body}
+			f.cuts.Add(1)
+		}
+		return nil
+	}
 	f.srv = &http.Server{Handler: f, ReadHeaderTimeout: 30 * time.Second}
 	go func() { _ = f.srv.Serve(l) }()
 	t.Cleanup(func() { _ = f.srv.Close() })
@@ -56,8 +78,20 @@ func StartFaultyHTTP(t testing.TB, target string) *FaultyHTTP {
 func (f *FaultyHTTP) FailFor(match string, d time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.match, f.duration, f.until, f.armed = match, d, time.Time{}, true
+	f.match, f.duration, f.until, f.armed, f.cutting = match, d, time.Time{}, true, false
 }
+
+// CutBodiesFor arms the proxy as FailFor does, but the requests it matches are answered in
+// part: an answer whose Content-Length is more than keep bytes ends, and its connection closes,
+// after keep bytes of its body.
+func (f *FaultyHTTP) CutBodiesFor(match string, keep int64, d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.match, f.duration, f.until, f.armed, f.cutting, f.keep = match, d, time.Time{}, true, true, keep
+}
+
+// Cuts is the number of answers cut short.
+func (f *FaultyHTTP) Cuts() int64 { return f.cuts.Load() }
 
 // Heal disarms the proxy: every request goes through again.
 func (f *FaultyHTTP) Heal() {
@@ -90,6 +124,13 @@ func (f *FaultyHTTP) fails(r *http.Request) bool {
 func (f *FaultyHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !f.fails(r) {
 		f.rp.ServeHTTP(w, r)
+		return
+	}
+	f.mu.Lock()
+	cutting := f.cutting
+	f.mu.Unlock()
+	if cutting {
+		f.cut.ServeHTTP(w, r)
 		return
 	}
 	if f.n.Add(1)%2 == 0 {

@@ -11,6 +11,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/rewind-dev/rewind/internal/fault"
 )
 
 func testKEK(t testing.TB) *LocalKEK {
@@ -230,6 +232,39 @@ func TestTruncatedFails(t *testing.T) {
 		_, _, err := decrypt(kek, payload[:cut])
 		if !errors.Is(err, ErrTruncated) {
 			t.Errorf("cut at %d of %d: %v, want ErrTruncated", cut, len(payload), err)
+		}
+	}
+}
+
+// cutSource gives b, then the source's own io.ErrUnexpectedEOF, as net/http's body does when
+// its connection closes short of its Content-Length.
+type cutSource struct{ b []byte }
+
+func (c *cutSource) Read(p []byte) (int, error) {
+	if len(c.b) == 0 {
+		return 0, io.ErrUnexpectedEOF
+	}
+	n := copy(p, c.b)
+	c.b = c.b[n:]
+	return n, nil
+}
+
+// A source that ends with its own io.ErrUnexpectedEOF (a connection closed mid-answer) is a
+// *SourceError, a fault to read again, wherever it ends: in the header or in a frame. A
+// payload that ends (io.EOF) is ErrTruncated (TestTruncatedFails).
+func TestSourceCutIsNotTruncation(t *testing.T) {
+	kek := testKEK(t)
+	payload, _ := encrypt(t, kek, randomBytes(2*FrameSize+500, 13))
+	l := parseLayout(t, payload)
+	for _, cut := range []int{0, 4, l.headerLen - 1, l.headerLen, l.headerLen + frameHeaderLen + 100, l.frames[1] + 1, len(payload) - 1} {
+		var err error
+		r, err := NewReader(context.Background(), &cutSource{b: payload[:cut]}, kek)
+		if err == nil {
+			_, err = io.Copy(io.Discard, r)
+		}
+		var se *SourceError
+		if errors.Is(err, ErrTruncated) || !errors.As(err, &se) || !fault.IsTransient(err) {
+			t.Errorf("source cut at %d of %d: %v; want a *SourceError, transient, not ErrTruncated", cut, len(payload), err)
 		}
 	}
 }

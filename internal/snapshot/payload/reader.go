@@ -34,6 +34,7 @@ func NewReader(ctx context.Context, src io.Reader, kek KeyWrapper) (*Reader, err
 	if kek == nil {
 		return nil, errors.New("payload: no key-encryption key")
 	}
+	src = sourceReader{src}
 	id, wrapped, prefix, hdrSum, err := readHeader(src)
 	if err != nil {
 		return nil, err
@@ -62,13 +63,37 @@ func NewReader(ctx context.Context, src io.Reader, kek KeyWrapper) (*Reader, err
 	}, nil
 }
 
+// SourceError is an error of the payload's source itself, not of the payload: its store's
+// connection closed before the length its server announced (net/http's io.ErrUnexpectedEOF).
+// It is a fault of the way to the store (fault.IsTransient: it wraps io.ErrUnexpectedEOF), to
+// be read again; a payload that ends too early is ErrTruncated.
+type SourceError struct{ Err error }
+
+func (e *SourceError) Error() string { return "payload: reading from its store: " + e.Err.Error() }
+func (e *SourceError) Unwrap() error { return e.Err }
+
+// sourceReader tells a source's own io.ErrUnexpectedEOF (a *SourceError) from the one io.ReadFull
+// makes of a stream that ends (io.EOF) short of what it reads: before, a connection to S3 closed
+// mid-payload was taken as a truncated payload, and the restore failed for good.
+type sourceReader struct{ r io.Reader }
+
+func (s sourceReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if err != nil && err != io.EOF && errors.Is(err, io.ErrUnexpectedEOF) {
+		err = &SourceError{Err: err}
+	}
+	return n, err
+}
+
+// readHeader reads the payload's header from src, a sourceReader.
 func readHeader(src io.Reader) (id string, wrapped []byte, prefix [noncePrefixLen]byte, hdrSum [sha256.Size]byte, err error) {
 	var hdr []byte
 	read := func(n int, what string) ([]byte, error) {
 		start := len(hdr)
 		hdr = append(hdr, make([]byte, n)...)
 		if _, err := io.ReadFull(src, hdr[start:]); err != nil {
-			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			// io.ReadFull's own ends of the stream; the source's are *SourceError.
+			if err == io.EOF || err == io.ErrUnexpectedEOF {
 				return nil, fmt.Errorf("payload header: %w: stream ends in the %s", ErrTruncated, what)
 			}
 			return nil, fmt.Errorf("payload header: reading the %s: %w", what, err)
@@ -310,6 +335,6 @@ func Verify(ctx context.Context, src io.Reader, kek KeyWrapper, want string) err
 // KeyIDOf reads the header of a payload and returns the ID of the key-encryption key that
 // wrapped its data key (as the payload records it), without decrypting anything.
 func KeyIDOf(src io.Reader) (string, error) {
-	id, _, _, _, err := readHeader(src)
+	id, _, _, _, err := readHeader(sourceReader{src})
 	return id, err
 }
