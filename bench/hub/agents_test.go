@@ -420,19 +420,7 @@ func retry(ctx context.Context, f func() error) error {
 }
 
 // sleep waits d (a simulated step's work) unless ctx ends first.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
+func sleep(ctx context.Context, d time.Duration) bool { return fault.Sleep(ctx, d) }
 
 // restoreTold returns when each cluster was told to restore in revision rev.
 func (a *agents) restoreTold(rev int32) map[string]time.Time {

@@ -59,7 +59,7 @@ func (ms *Measurer) Measure(ctx context.Context, m *Metric, d Data, creds Creden
 		} else if w := m.Spec.Provider.Web; w != nil {
 			result, err = ms.web(ctx, w, q, creds)
 		}
-		if try >= measureTries || !blip(err) || !sleep(ctx, fault.Backoff(try, 200*time.Millisecond, time.Second)) {
+		if try >= measureTries || !blip(err) || !fault.Sleep(ctx, fault.Backoff(try, 200*time.Millisecond, time.Second)) {
 			break
 		}
 	}
@@ -113,18 +113,6 @@ func blip(err error) bool {
 	)
 	timedOut := (errors.As(err, &ne) && ne.Timeout()) || (errors.As(err, &pe) && (pe.Type == promv1.ErrTimeout || pe.Type == promv1.ErrCanceled))
 	return !timedOut
-}
-
-// sleep waits for d, or until ctx ends (false).
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // retriable says whether a measurement error may go away by itself.

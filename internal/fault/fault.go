@@ -196,13 +196,24 @@ func Retry(ctx context.Context, steps int, fn func() error) error {
 		if steps > 0 && n >= steps {
 			return err
 		}
-		t := time.NewTimer(Backoff(n, 200*time.Millisecond, 5*time.Second))
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !Sleep(ctx, Backoff(n, 200*time.Millisecond, 5*time.Second)) {
 			return err
-		case <-t.C:
 		}
+	}
+}
+
+// Sleep waits for d, or until ctx ends (false).
+func Sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
