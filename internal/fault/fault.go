@@ -115,8 +115,9 @@ func cloudStatus(err error) (transient, ok bool) {
 		google *googleapi.Error
 		azure  *azcore.ResponseError
 	)
-	code := 0 // none: no answer (the AWS SDK's ResponseError of a request that was never
-	// answered, a connection reset, says 0): the transport's error decides
+	// A status of 0 is no answer (the AWS SDK's ResponseError of a request that was never
+	// answered: a reset): the transport's error inside it decides.
+	code := 0
 	switch {
 	case errors.As(err, &aws):
 		code = aws.HTTPStatusCode()

@@ -114,6 +114,14 @@ func (s *Suite) Hub(t testing.TB) client.Client {
 // otherwise.
 func (s *Suite) StartManager(t *testing.T, ns string, o controller.Options) (stop func()) {
 	t.Helper()
+	return s.StartManagerVia(t, ns, "", o)
+}
+
+// StartManagerVia is StartManager with the controller reaching its hub at server (a fault
+// proxy in front of the hub's API server, with a certificate of the testbed's CA); "" is the
+// hub's own address.
+func (s *Suite) StartManagerVia(t *testing.T, ns, server string, o controller.Options) (stop func()) {
+	t.Helper()
 	o.MetricsAddr, o.ProbeAddr, o.SkipNameValidation = "0", "0", true
 	if o.GatePoll == 0 {
 		o.GatePoll = 300 * time.Millisecond
@@ -121,7 +129,11 @@ func (s *Suite) StartManager(t *testing.T, ns string, o controller.Options) (sto
 	if o.ProbeInterval == 0 {
 		o.ProbeInterval = 500 * time.Millisecond // a lost member is noticed within seconds
 	}
-	mgr, err := controller.NewManager(testenv.ControllerConfig(t, s.Env.Hub, ns), o)
+	cfg := testenv.ControllerConfig(t, s.Env.Hub, ns)
+	if server != "" {
+		cfg.Host = server
+	}
+	mgr, err := controller.NewManager(cfg, o)
 	if err != nil {
 		t.Fatal(err)
 	}
