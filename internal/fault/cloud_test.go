@@ -13,8 +13,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/kms"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"gocloud.dev/blob"
-	_ "gocloud.dev/blob/s3blob"
+	"gocloud.dev/blob/s3blob"
 	"google.golang.org/api/option"
 	storage "google.golang.org/api/storage/v1"
 
@@ -37,6 +38,20 @@ func answering(t *testing.T, code int, contentType, body string, headers map[str
 	return srv.URL
 }
 
+// s3Bucket is gocloud.dev's S3 bucket, as rewind opens it, at endpoint, with one try per request
+// (the SDK's own retries are not what is tested).
+func s3Bucket(t *testing.T, endpoint string) *blob.Bucket {
+	t.Helper()
+	c := s3.New(s3.Options{Region: "us-east-1", BaseEndpoint: aws.String(endpoint), UsePathStyle: true, RetryMaxAttempts: 1,
+		Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")})
+	b, err := s3blob.OpenBucket(t.Context(), c, "bucket", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
 // The answers of a snapshot store's or a KMS's cloud service, as their own SDKs (through
 // gocloud.dev, as rewind reads them) report them: a 429 or a 5xx, and an AWS throttling code
 // answered 400, are faults; a refusal (403) or a missing object (404) is not. Before, every
@@ -44,23 +59,15 @@ func answering(t *testing.T, code int, contentType, body string, headers map[str
 // (about 3 s) failed the restore of a rollback for good ("snapshot cannot be restored").
 func TestIsTransientCloudAnswers(t *testing.T) {
 	ctx := t.Context()
-	t.Setenv("AWS_ACCESS_KEY_ID", "test")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
-	t.Setenv("AWS_MAX_ATTEMPTS", "1") // the SDK's own retries are not what is tested
 	for _, tc := range []struct {
 		code int
 		want bool
 	}{{503, true}, {500, true}, {429, true}, {504, true}, {403, false}, {404, false}} {
 		t.Run(fmt.Sprint(tc.code), func(t *testing.T) {
 			// S3 (gocloud.dev's s3blob: the AWS SDK's ResponseError inside a *gcerr.Error).
-			s3 := answering(t, tc.code, "application/xml",
+			s3URL := answering(t, tc.code, "application/xml",
 				`<?xml version="1.0" encoding="UTF-8"?><Error><Code>`+http.StatusText(tc.code)+`</Code><Message>test</Message></Error>`, nil)
-			b, err := blob.OpenBucket(ctx, "s3://bucket?region=us-east-1&use_path_style=true&endpoint="+s3)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer b.Close()
-			_, err = b.NewReader(ctx, "key", nil)
+			_, err := s3Bucket(t, s3URL).NewReader(ctx, "key", nil)
 			if err == nil || fault.IsTransient(err) != tc.want {
 				t.Errorf("S3 answered %d: %T %v; transient %v, want %v", tc.code, err, err, fault.IsTransient(err), tc.want)
 			}
@@ -111,12 +118,7 @@ func TestIsTransientCloudAnswers(t *testing.T) {
 		_ = c.Close()
 	}))
 	t.Cleanup(reset.Close)
-	b, err := blob.OpenBucket(ctx, "s3://bucket?region=us-east-1&use_path_style=true&endpoint="+reset.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	if _, err := b.NewReader(ctx, "key", nil); err == nil || !fault.IsTransient(err) {
+	if _, err := s3Bucket(t, reset.URL).NewReader(ctx, "key", nil); err == nil || !fault.IsTransient(err) {
 		t.Errorf("S3 reset the connection: %T %v; transient %v, want true", err, err, fault.IsTransient(err))
 	}
 
