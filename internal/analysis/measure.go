@@ -100,19 +100,28 @@ func (e *statusError) Error() string {
 // consecutiveErrorLimit, and so cannot fail a gate by itself.
 const measureTries = 3
 
-// blip says whether a query's error is a fault that came at once and may be gone in a moment: a
-// refused or reset connection, a 429 or a 5xx (retriable), not a query that used up its
-// timeout (the metric's own limit: it is measured again after the error interval).
+// blip says whether a query's error is a fault that came at once and may be gone in a moment:
+// an answer 429, 500, 502 or 503, or a refused or reset connection. Not a timeout (a 504 of a
+// gateway, a request that used up the metric's timeout: it is measured again after the error
+// interval), nor an error Prometheus said about the query itself (its execution failed, or its
+// answer was garbled), which a strained Prometheus should not be asked again at once.
 func blip(err error) bool {
-	if err == nil || !retriable(err) || errors.Is(err, context.DeadlineExceeded) {
+	var se *statusError
+	if errors.As(err, &se) {
+		switch se.code {
+		case http.StatusTooManyRequests, http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable:
+			return true
+		}
 		return false
 	}
 	var (
-		ne net.Error
 		pe *promv1.Error
+		ne net.Error
 	)
-	timedOut := (errors.As(err, &ne) && ne.Timeout()) || (errors.As(err, &pe) && (pe.Type == promv1.ErrTimeout || pe.Type == promv1.ErrCanceled))
-	return !timedOut
+	if errors.As(err, &pe) || errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+		return false
+	}
+	return fault.IsTransient(err)
 }
 
 // retriable says whether a measurement error may go away by itself.

@@ -11,6 +11,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -46,7 +47,7 @@ const ReasonInUse = "InUse"
 type SnapshotStoreReconciler struct {
 	// Client reads and writes SnapshotStores; it must read Secrets from the API server.
 	Client client.Client
-	// ProbeTimeout bounds one probe (default 30s).
+	// ProbeTimeout bounds each check of a probe, the store's and its key's (default 30s).
 	ProbeTimeout time.Duration
 	// Now is the clock (tests inject one).
 	Now func() time.Time
@@ -93,9 +94,7 @@ func (r *SnapshotStoreReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	if timeout == 0 {
 		timeout = 30 * time.Second
 	}
-	pctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	r.probe(pctx, st)
+	r.probe(ctx, st, timeout)
 	now := metav1.NewTime(r.now())
 	st.Status.LastProbeTime = &now
 	st.Status.ObservedGeneration = st.Generation
@@ -111,11 +110,15 @@ func reprobe(st *v1alpha1.SnapshotStore, interval time.Duration) time.Duration {
 	return interval
 }
 
-// probe sets the Writable, KeyAvailable and Ready conditions of st. A probe of the store or of
-// its key that meets a fault (fault.IsTransient: a 429 or 5xx, a reset, a throttled KMS) is
-// tried again in place until ctx (the probe's timeout) ends: a blip does not make the store
-// not Ready.
-func (r *SnapshotStoreReconciler) probe(ctx context.Context, st *v1alpha1.SnapshotStore) {
+// probeRetryWindow is how long a probe of a store or of its key that meets faults
+// (fault.IsTransient: a 429 or 5xx, a reset, a throttled KMS) is tried again in place: a blip
+// does not make the store not Ready, and a store that stays away holds a worker no longer than
+// this (it is probed again after NotReadyReprobe).
+const probeRetryWindow = 10 * time.Second
+
+// probe sets the Writable, KeyAvailable and Ready conditions of st. The store and its key are
+// each checked within timeout, their faults tried again for probeRetryWindow.
+func (r *SnapshotStoreReconciler) probe(ctx context.Context, st *v1alpha1.SnapshotStore, timeout time.Duration) {
 	set := func(typ string, err error, okReason, okMsg string) {
 		c := metav1.Condition{Type: typ, Status: metav1.ConditionTrue, Reason: okReason, Message: okMsg, ObservedGeneration: st.Generation}
 		if err != nil {
@@ -125,19 +128,24 @@ func (r *SnapshotStoreReconciler) probe(ctx context.Context, st *v1alpha1.Snapsh
 	}
 	st.Status.URL = snapstore.URLOf(st)
 	keyName := snapstore.KeyName(st.Namespace, st.Spec.KeyRef)
-	s, err := snapstore.StoreOnly(ctx, r.Client, st)
+	sctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	s, err := snapstore.StoreOnly(sctx, r.Client, st)
 	var storeErr error
 	if err != nil {
 		storeErr = err
 	} else {
-		storeErr = fault.Retry(ctx, 0, func() error { return snapstore.ProbeStore(ctx, s) })
+		name := snapstore.NewProbeName()
+		storeErr = fault.RetryFor(sctx, probeRetryWindow, func() error { return snapstore.ProbeStoreNamed(sctx, s, name) })
 	}
 	set(v1alpha1.ConditionWritable, storeErr, v1alpha1.ReasonProbeSucceeded, "a probe object was written, read back and deleted at "+st.Status.URL)
 
-	kek, keyErr := snapstore.OpenKey(ctx, r.Client, st.Namespace, st.Spec.KeyRef, st.Spec.CredentialsSecretRef)
+	kctx, cancelKey := context.WithTimeout(ctx, timeout)
+	defer cancelKey()
+	kek, keyErr := snapstore.OpenKey(kctx, r.Client, st.Namespace, st.Spec.KeyRef, st.Spec.CredentialsSecretRef)
 	if keyErr == nil {
 		st.Status.KeyID = kek.ID()
-		if err := fault.Retry(ctx, 0, func() error { return snapstore.ProbeKey(ctx, kek) }); err != nil {
+		if err := fault.RetryFor(kctx, probeRetryWindow, func() error { return snapstore.ProbeKey(kctx, kek) }); err != nil {
 			keyErr = &snapstore.KeyError{Key: keyName, Err: err}
 		}
 	}
@@ -210,5 +218,8 @@ func (r *SnapshotStoreReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			DeleteFunc: func(event.DeleteEvent) bool { return true },
 		})).
 		Named("snapshotstore").
+		// A store that does not answer holds its worker for its probe (probeRetryWindow, its
+		// timeout): the others are probed meanwhile.
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Complete(r)
 }

@@ -18,6 +18,8 @@ import (
 	"gocloud.dev/blob/s3blob"
 	"google.golang.org/api/option"
 	storage "google.golang.org/api/storage/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/rewind-dev/rewind/internal/fault"
 )
@@ -120,6 +122,30 @@ func TestIsTransientCloudAnswers(t *testing.T) {
 	t.Cleanup(reset.Close)
 	if _, err := s3Bucket(t, reset.URL).NewReader(ctx, "key", nil); err == nil || !fault.IsTransient(err) {
 		t.Errorf("S3 reset the connection: %T %v; transient %v, want true", err, err, fault.IsTransient(err))
+	}
+
+	// A 200 whose body was cut (the connection closed before its Content-Length): the AWS SDK
+	// reports a response error of status 200 around the unexpected end of file. A fault, not a
+	// refusal (a first version of the fix took every AWS status as the verdict).
+	cut := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+		w.Header().Set("Content-Length", "100")
+		w.WriteHeader(http.StatusOK)
+		_, _ = fmt.Fprint(w, `{"KeyId":`)
+	}))
+	t.Cleanup(cut.Close)
+	kc := kms.New(kms.Options{Region: "us-east-1", BaseEndpoint: aws.String(cut.URL), RetryMaxAttempts: 1,
+		Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")})
+	if _, err := kc.Decrypt(ctx, &kms.DecryptInput{CiphertextBlob: []byte("x")}); err == nil || !fault.IsTransient(err) {
+		t.Errorf("KMS answered 200 and its body was cut: %T %v; transient %v, want true", err, err, fault.IsTransient(err))
+	}
+
+	// Google Cloud KMS (gRPC): unavailable or exhausted is a fault, a refusal is not.
+	for code, want := range map[codes.Code]bool{codes.Unavailable: true, codes.ResourceExhausted: true, codes.PermissionDenied: false, codes.NotFound: false} {
+		err := fmt.Errorf("secrets (code=%s): %w", code, status.Error(code, "test"))
+		if fault.IsTransient(err) != want {
+			t.Errorf("gRPC %s: transient %v, want %v", code, fault.IsTransient(err), want)
+		}
 	}
 
 	// An AWS KMS throttled (400 ThrottlingException), as the SDK's own retryer sees it, is a

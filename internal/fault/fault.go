@@ -27,6 +27,8 @@ import (
 	"github.com/aws/smithy-go"
 	"golang.org/x/net/http2"
 	"google.golang.org/api/googleapi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 )
@@ -99,7 +101,8 @@ func IsTransient(err error) bool {
 // the cloud SDKs that gocloud.dev's drivers wrap (each a wrapped cause of a *gcerr.Error): the
 // AWS SDK's API error codes for throttling and request timeouts (an S3 SlowDown, a KMS
 // ThrottlingException, answered 400 or 503: aws/retry's own tables), and the HTTP status of an
-// AWS, Google or Azure answer. ok is false when err holds none of these.
+// AWS, Google or Azure answer of 400 or more, and the gRPC status of a Google Cloud KMS. ok is
+// false when err holds none of these.
 func cloudStatus(err error) (transient, ok bool) {
 	var api smithy.APIError
 	if errors.As(err, &api) {
@@ -115,8 +118,9 @@ func cloudStatus(err error) (transient, ok bool) {
 		google *googleapi.Error
 		azure  *azcore.ResponseError
 	)
-	// A status of 0 is no answer (the AWS SDK's ResponseError of a request that was never
-	// answered: a reset): the transport's error inside it decides.
+	// Below 400 is no refusal: 0 is no answer (the AWS SDK's ResponseError of a request never
+	// answered: a reset), a 2xx one whose body was cut or could not be read; the transport's
+	// error inside it decides.
 	code := 0
 	switch {
 	case errors.As(err, &aws):
@@ -126,10 +130,21 @@ func cloudStatus(err error) (transient, ok bool) {
 	case errors.As(err, &azure):
 		code = azure.StatusCode
 	}
-	if code == 0 {
-		return false, false
+	if code >= 400 {
+		return transientCode(int32(code)), true
 	}
-	return transientCode(int32(code)), true
+	// Google Cloud KMS (gocloud.dev's gcpkms) speaks gRPC.
+	var grpc interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &grpc) {
+		switch grpc.GRPCStatus().Code() {
+		case codes.Unavailable, codes.ResourceExhausted, codes.DeadlineExceeded, codes.Internal, codes.Aborted:
+			return true, true
+		case codes.InvalidArgument, codes.NotFound, codes.AlreadyExists, codes.PermissionDenied, codes.FailedPrecondition,
+			codes.OutOfRange, codes.Unimplemented, codes.Unauthenticated, codes.Canceled:
+			return false, true
+		}
+	}
+	return false, false
 }
 
 // transientCode says whether an HTTP status code is worth a retry of the same request.
@@ -203,6 +218,22 @@ func Retry(ctx context.Context, steps int, fn func() error) error {
 	}
 }
 
+// RetryFor is Retry bounded by time rather than tries: fn is tried again through faults until
+// window has passed since its first try (or ctx ends), each try under ctx. It is for a check
+// that must not hold its worker long (a store's probe), while each try may take its time.
+func RetryFor(ctx context.Context, window time.Duration, fn func() error) error {
+	deadline := time.Now().Add(window)
+	for n := 1; ; n++ {
+		err := fn()
+		if err == nil || !IsTransient(err) || !time.Now().Before(deadline) {
+			return err
+		}
+		if !Sleep(ctx, min(Backoff(n, 200*time.Millisecond, 2*time.Second), time.Until(deadline))) {
+			return err
+		}
+	}
+}
+
 // Sleep waits for d, or until ctx ends (false).
 func Sleep(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
@@ -218,15 +249,15 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// RetryLogged is Retry that says in the log of ctx (controller-runtime's) at each fault that it
-// tries the request again, naming it by what: for a process that has nothing to do before the
+// RetryLogged is Retry that says in the log of ctx (controller-runtime's) at each fault the
+// request met, naming it by what (it is tried again unless its tries or ctx are over): for a process that has nothing to do before the
 // other side answers (an agent waiting for its hub or its own cluster), whose operator must see
 // why it waits.
 func RetryLogged(ctx context.Context, steps int, what string, fn func() error) error {
 	return Retry(ctx, steps, func() error {
 		err := fn()
 		if IsTransient(err) {
-			log.FromContext(ctx).Info("a request met a fault, trying again", "request", what, "error", err.Error())
+			log.FromContext(ctx).Info("a request met a fault", "request", what, "error", err.Error())
 		}
 		return err
 	})

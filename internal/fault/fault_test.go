@@ -206,6 +206,31 @@ func TestRetry(t *testing.T) {
 	}
 }
 
+// RetryFor retries faults until its window has passed, however many tries that takes, and
+// returns a failure at once.
+func TestRetryFor(t *testing.T) {
+	ctx := context.Background()
+	tries := 0
+	start := time.Now()
+	err := fault.RetryFor(ctx, 700*time.Millisecond, func() error { tries++; return apierrors.NewServiceUnavailable("down") })
+	if took := time.Since(start); !apierrors.IsServiceUnavailable(err) || tries < 2 || took < 700*time.Millisecond || took > 3*time.Second {
+		t.Errorf("faults for the whole window: err %v after %d tries in %s, want 503 after at least 2 tries in about 0.7 s", err, tries, took)
+	}
+	tries = 0
+	if err := fault.RetryFor(ctx, time.Minute, func() error {
+		if tries++; tries < 3 {
+			return apierrors.NewTooManyRequests("slow", 0)
+		}
+		return nil
+	}); err != nil || tries != 3 {
+		t.Errorf("two faults then success: err %v after %d tries", err, tries)
+	}
+	tries = 0
+	if err := fault.RetryFor(ctx, time.Minute, func() error { tries++; return apierrors.NewNotFound(gr, "x") }); !apierrors.IsNotFound(err) || tries != 1 {
+		t.Errorf("a failure is returned at once: err %v after %d tries", err, tries)
+	}
+}
+
 // RetryLogged retries as Retry does and says in the log at each fault, and only at a fault,
 // which request it tries again.
 func TestRetryLogged(t *testing.T) {

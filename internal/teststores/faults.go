@@ -55,7 +55,7 @@ func StartFaultyHTTP(t testing.TB, target string) *FaultyHTTP {
 		f.mu.Lock()
 		keep := f.keep
 		f.mu.Unlock()
-		if resp.ContentLength > keep {
+		if resp.Request.Method != http.MethodHead && resp.ContentLength > keep {
 			// The Content-Length stays: the server closes the connection after keep bytes of
 			// the body, and the client reads an unexpected end of file, as when a connection
 			// is closed mid-answer (not reset) by a proxy or a load balancer.
@@ -103,12 +103,12 @@ func (f *FaultyHTTP) Heal() {
 // Counts are the requests answered 503 and the connections reset.
 func (f *FaultyHTTP) Counts() (unavailable, reset int64) { return f.unavailable.Load(), f.reset.Load() }
 
-// fails says whether r is to fail now.
-func (f *FaultyHTTP) fails(r *http.Request) bool {
+// fails says whether r is to fail now, and whether by a cut answer (else a 503 or a reset).
+func (f *FaultyHTTP) fails(r *http.Request) (fail, cut bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.armed || !strings.Contains(r.URL.Path, f.match) {
-		return false
+		return false, false
 	}
 	now := time.Now()
 	if f.until.IsZero() {
@@ -116,20 +116,18 @@ func (f *FaultyHTTP) fails(r *http.Request) bool {
 	}
 	if now.After(f.until) {
 		f.armed = false
-		return false
+		return false, false
 	}
-	return true
+	return true, f.cutting
 }
 
 func (f *FaultyHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !f.fails(r) {
+	fail, cut := f.fails(r)
+	if !fail {
 		f.rp.ServeHTTP(w, r)
 		return
 	}
-	f.mu.Lock()
-	cutting := f.cutting
-	f.mu.Unlock()
-	if cutting {
+	if cut {
 		f.cut.ServeHTTP(w, r)
 		return
 	}

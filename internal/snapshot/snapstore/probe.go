@@ -26,9 +26,20 @@ import (
 // ProbePrefix starts the name of the small objects a probe writes (and deletes).
 const ProbePrefix = "rewind-probe-"
 
+// NewProbeName is a name for a probe's object: ProbePrefix and random hex.
+func NewProbeName() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read does not fail
+	return ProbePrefix + hex.EncodeToString(b[:])
+}
+
 // ProbeStore writes a small object into the store, reads it back, compares it and deletes
 // it. The error says which of these failed; Reason classifies it.
-func ProbeStore(ctx context.Context, s *Store) error {
+func ProbeStore(ctx context.Context, s *Store) error { return ProbeStoreNamed(ctx, s, NewProbeName()) }
+
+// ProbeStoreNamed is ProbeStore with the object's name given (NewProbeName): a probe tried again
+// after a fault writes the same object, and leaves at most that one behind.
+func ProbeStoreNamed(ctx context.Context, s *Store, name string) error {
 	ps, err := s.Open(ctx)
 	if err != nil {
 		return err
@@ -40,7 +51,6 @@ func ProbeStore(ctx context.Context, s *Store) error {
 	if _, err := rand.Read(data); err != nil {
 		return err
 	}
-	name := ProbePrefix + hex.EncodeToString(data[:8])
 	if _, _, err := ps.Put(ctx, name, bytes.NewReader(data)); err != nil {
 		return fmt.Errorf("writing the probe object %s: %w", name, err)
 	}
