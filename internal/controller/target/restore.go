@@ -33,11 +33,25 @@ func (restoreSnapshot) run(ctx context.Context, x *execution) (time.Duration, er
 	key := client.ObjectKeyFromObject(t)
 	snap := &v1alpha1.Snapshot{}
 	get := func() error {
-		if err := x.r.Hub.Get(ctx, client.ObjectKey{Namespace: t.Namespace, Name: t.Spec.Snapshot}, snap); err != nil {
-			if apierrors.IsNotFound(err) {
-				return terminalf("snapshot %s to restore: %v", t.Spec.Snapshot, err)
+		read := func(r client.Reader) error {
+			if err := r.Get(ctx, client.ObjectKey{Namespace: t.Namespace, Name: t.Spec.Snapshot}, snap); err != nil {
+				if apierrors.IsNotFound(err) {
+					return terminalf("snapshot %s to restore: %v", t.Spec.Snapshot, err)
+				}
+				return fmt.Errorf("reading snapshot %s to restore: %w", t.Spec.Snapshot, err) // tried again with backoff
 			}
-			return fmt.Errorf("reading snapshot %s to restore: %w", t.Spec.Snapshot, err) // tried again with backoff
+			return nil
+		}
+		if err := read(x.r.Hub); err != nil {
+			return err
+		}
+		if snap.Status.Location == "" && x.r.APIReader != nil {
+			// The manager's cache may not have seen the Snapshot's status yet (its watch broke
+			// and it lists again, under faults of the way to the hub): the snapshot step put the
+			// target on record only once the status was written, so the API server has it.
+			// Before, the restore took the cache's copy for a snapshot never completed, and
+			// failed for good.
+			return read(x.r.APIReader)
 		}
 		return nil
 	}

@@ -115,6 +115,50 @@ func TestRestoreReadsTheReleasesInstalledNow(t *testing.T) {
 	}
 }
 
+// A restore whose Snapshot the manager's cache holds without its status yet (the cache lags
+// when its watch broke under faults of the way to the hub) reads it again from the API server,
+// which has it: the snapshot step put the target on record only once that status was written.
+// Before, the cache's copy was taken for a snapshot never completed ("has no payload
+// location"), and the restore failed for good (TestControllerRidesOutFaultsOfItsHub met it).
+// A snapshot the API server also holds without a location is still refused.
+func TestRestoreReadsASnapshotTheCacheHasNotSeenCompleted(t *testing.T) {
+	hubScheme := testHubScheme()
+	stale := &v1alpha1.Snapshot{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "snap"}}
+	live := stale.DeepCopy()
+	live.Status = v1alpha1.SnapshotStatus{Bytes: 1000, Location: "secrets://ns#snap"}
+	record := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: member.RecordNamespace, Name: member.RecordName("op")},
+		Data:       map[string]string{"operator": "op", "release": "op-v2"},
+	}
+	for _, tc := range []struct {
+		name      string
+		apiServer *v1alpha1.Snapshot
+		refused   bool
+	}{
+		{"the API server has its status", live, false},
+		{"the API server has none either", stale, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tgt := &v1alpha1.RolloutTarget{
+				ObjectMeta: metav1.ObjectMeta{Name: "t", Namespace: "ns"},
+				Spec: v1alpha1.RolloutTargetSpec{Cluster: "member1", Snapshot: "snap", Operator: "op",
+					ToRelease: "op-v1", FromRelease: "op-v2", Path: v1alpha1.PathRestore},
+			}
+			cache := fake.NewClientBuilder().WithScheme(hubScheme).WithObjects(stale.DeepCopy(), tgt).
+				WithStatusSubresource(&v1alpha1.RolloutTarget{}).Build()
+			apiServer := fake.NewClientBuilder().WithScheme(hubScheme).WithObjects(tc.apiServer.DeepCopy()).Build()
+			mem := fake.NewClientBuilder().WithScheme(member.Scheme).WithObjects(record.DeepCopy()).Build()
+			x := (&Reconciler{Client: cache, Hub: cache, APIReader: apiServer, Releases: &release.Cache{}, Recorder: events.NewFakeRecorder(10)}).newExecution(tgt)
+			x.cl = &member.Cluster{Name: "member1", Client: mem}
+			_, err := restoreSnapshot{}.run(t.Context(), x)
+			incomplete := err != nil && strings.Contains(err.Error(), "has no payload location")
+			if incomplete != tc.refused || (tc.refused && !isTerminal(err)) {
+				t.Errorf("restore: %v (terminal %t); want refused as incomplete: %t", err, isTerminal(err), tc.refused)
+			}
+		})
+	}
+}
+
 // testHubScheme knows the hub's kinds: Kubernetes' and rewind's.
 func testHubScheme() *runtime.Scheme {
 	s := runtime.NewScheme()
