@@ -53,15 +53,16 @@ func (ms *Measurer) Measure(ctx context.Context, m *Metric, d Data, creds Creden
 	if rerr != nil {
 		err = rerr
 	}
-	for try := 1; rerr == nil; try++ {
-		if p := m.Spec.Provider.Prometheus; p != nil {
-			result, err = ms.prometheus(ctx, p, q, creds)
-		} else if w := m.Spec.Provider.Web; w != nil {
-			result, err = ms.web(ctx, w, q, creds)
-		}
-		if try >= measureTries || !blip(err) || !fault.Sleep(ctx, fault.Backoff(try, 200*time.Millisecond, time.Second)) {
-			break
-		}
+	if rerr == nil {
+		err = fault.Policy{Tries: measureTries, Ceiling: time.Second, Retriable: blip}.Do(ctx, func() error {
+			var qerr error
+			if p := m.Spec.Provider.Prometheus; p != nil {
+				result, qerr = ms.prometheus(ctx, p, q, creds)
+			} else if w := m.Spec.Provider.Web; w != nil {
+				result, qerr = ms.web(ctx, w, q, creds)
+			}
+			return qerr
+		})
 	}
 	meas.FinishedAt = metav1.NewTime(ms.now())
 	switch {

@@ -9,6 +9,7 @@
 package fault
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -198,40 +199,62 @@ func max0(d time.Duration) time.Duration {
 	return d
 }
 
+// Policy says how a call is tried again in place when it meets a fault. The zero Policy
+// tries through transient faults (IsTransient) until ctx ends, 200 ms apart at first.
+type Policy struct {
+	// Tries is how many tries in all (<= 0: no limit).
+	Tries int
+	// Window, when positive, bounds the tries by time: none starts after Window has passed
+	// since the first try (the wait before the last is cut to end there).
+	Window time.Duration
+	// Base and Ceiling are the jittered exponential backoff between tries (Backoff); zero
+	// means 200 ms and 5 s.
+	Base, Ceiling time.Duration
+	// Retriable says which errors are tried again; nil means IsTransient.
+	Retriable func(error) bool
+}
+
+// Do runs fn until it succeeds, fails with an error p does not try again, or p's tries,
+// window or ctx are over, sleeping p's backoff between tries. It returns fn's last error.
+func (p Policy) Do(ctx context.Context, fn func() error) error {
+	retriable := p.Retriable
+	if retriable == nil {
+		retriable = IsTransient
+	}
+	base, ceiling := cmp.Or(p.Base, 200*time.Millisecond), cmp.Or(p.Ceiling, 5*time.Second)
+	deadline := time.Now().Add(p.Window)
+	for n := 1; ; n++ {
+		err := fn()
+		if err == nil || !retriable(err) || (p.Tries > 0 && n >= p.Tries) {
+			return err
+		}
+		wait := Backoff(n, base, ceiling)
+		if p.Window > 0 {
+			if !time.Now().Before(deadline) {
+				return err
+			}
+			wait = min(wait, time.Until(deadline))
+		}
+		if !Sleep(ctx, wait) {
+			return err
+		}
+	}
+}
+
 // Retry runs fn until it succeeds, fails with an error that is not transient, ctx ends, or
 // steps tries were made (steps <= 0: until ctx ends), sleeping a jittered exponential backoff
 // between tries. It is for short in-place retries of one request inside a step (a write of a
 // restore); a step that still meets a fault returns it, and the step is retried as a whole.
 // It returns fn's last error.
 func Retry(ctx context.Context, steps int, fn func() error) error {
-	var err error
-	for n := 1; ; n++ {
-		if err = fn(); err == nil || !IsTransient(err) {
-			return err
-		}
-		if steps > 0 && n >= steps {
-			return err
-		}
-		if !Sleep(ctx, Backoff(n, 200*time.Millisecond, 5*time.Second)) {
-			return err
-		}
-	}
+	return Policy{Tries: steps}.Do(ctx, fn)
 }
 
 // RetryFor is Retry bounded by time rather than tries: fn is tried again through faults until
 // window has passed since its first try (or ctx ends), each try under ctx. It is for a check
 // that must not hold its worker long (a store's probe), while each try may take its time.
 func RetryFor(ctx context.Context, window time.Duration, fn func() error) error {
-	deadline := time.Now().Add(window)
-	for n := 1; ; n++ {
-		err := fn()
-		if err == nil || !IsTransient(err) || !time.Now().Before(deadline) {
-			return err
-		}
-		if !Sleep(ctx, min(Backoff(n, 200*time.Millisecond, 2*time.Second), time.Until(deadline))) {
-			return err
-		}
-	}
+	return Policy{Window: window, Ceiling: 2 * time.Second}.Do(ctx, fn)
 }
 
 // Sleep waits for d, or until ctx ends (false).

@@ -231,6 +231,28 @@ func TestRetryFor(t *testing.T) {
 	}
 }
 
+// A Policy tries again what its Retriable says, however the error is classified otherwise.
+func TestPolicyRetriable(t *testing.T) {
+	ctx := context.Background()
+	odd := errors.New("odd")
+	tries := 0
+	err := fault.Policy{Tries: 3, Base: time.Millisecond, Retriable: func(err error) bool { return errors.Is(err, odd) }}.Do(ctx, func() error {
+		tries++
+		return odd
+	})
+	if !errors.Is(err, odd) || tries != 3 {
+		t.Errorf("an error the policy retries: %v after %d tries, want odd after 3", err, tries)
+	}
+	tries = 0
+	err = fault.Policy{Tries: 3, Base: time.Millisecond, Retriable: func(err error) bool { return errors.Is(err, odd) }}.Do(ctx, func() error {
+		tries++
+		return apierrors.NewServiceUnavailable("down")
+	})
+	if !apierrors.IsServiceUnavailable(err) || tries != 1 {
+		t.Errorf("a fault the policy does not retry: %v after %d tries, want 503 after 1", err, tries)
+	}
+}
+
 // RetryLogged retries as Retry does and says in the log at each fault, and only at a fault,
 // which request it tries again.
 func TestRetryLogged(t *testing.T) {
