@@ -21,7 +21,7 @@ func newControllerCommand(h *hubFlags) *cobra.Command {
 	}
 	o, devLog := controllercmd.AddFlags(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		cfg, err := h.config()
+		cfg, err := h.managerConfig()
 		if err != nil {
 			return err
 		}

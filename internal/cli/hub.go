@@ -17,8 +17,10 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/member"
 )
 
 // hubScheme is what the CLI reads and writes in the hub.
@@ -58,8 +60,21 @@ func (h *hubFlags) loader() clientcmd.ClientConfig {
 	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
 }
 
-// config returns the hub's client configuration.
+// config returns the hub's client configuration for a person's command: a blip of the way to
+// the hub (a reset, a 429 or 5xx of an API server restarting behind its load balancer) is
+// sent again, as the agent's requests are, and does not fail the command.
 func (h *hubFlags) config() (*rest.Config, error) {
+	cfg, err := h.managerConfig()
+	if err != nil {
+		return nil, err
+	}
+	return member.WithRetries(cfg, "hub"), nil
+}
+
+// managerConfig is the hub's client configuration as the kubeconfig gives it, for `rewind
+// controller`: the manager is the one rewind-controller runs, whose reconcilers requeue what
+// a fault failed.
+func (h *hubFlags) managerConfig() (*rest.Config, error) {
 	loader := h.loader()
 	if h.context != "" {
 		// clientcmd only says `context "x" does not exist`; name the flag and the choices.
@@ -150,7 +165,18 @@ func missingNamespace(err error) (string, bool) {
 // answer to a path it does not serve, which client-go marks with a cause of type
 // UnexpectedServerResponse; a missing object's 404 is a status that names it). By type, not
 // by the message's text, as before.
+//
+// A discovery that failed for a group version with anything but a 404 (a 503 of a hub
+// restarting, a reset) is a fault, even when another version's 404 made it a no-match too.
 func isMissingAPI(err error) bool {
+	var failed *apiutil.ErrResourceDiscoveryFailed
+	if errors.As(err, &failed) {
+		for _, gvErr := range *failed {
+			if !apierrors.IsNotFound(gvErr) && !meta.IsNoMatchError(gvErr) {
+				return false
+			}
+		}
+	}
 	if meta.IsNoMatchError(err) {
 		return true
 	}

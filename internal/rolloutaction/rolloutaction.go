@@ -45,7 +45,14 @@ func objectNotFound(err error) bool {
 	return d != nil && d.Name != ""
 }
 
-// Update reads, changes and writes a Rollout, retrying on conflicts.
+// ErrDone is what a change returns when the Rollout read again already holds the change it
+// wrote: a write whose answer was lost (the hub acted, the connection broke) and that was
+// sent again met a conflict, and Update read the Rollout again. Update then returns the
+// Rollout as read, without writing.
+var ErrDone = errors.New("the change is already written")
+
+// Update reads, changes and writes a Rollout, retrying on conflicts. A change that mut finds
+// done (ErrDone) is not written again.
 func Update(ctx context.Context, c client.Client, ns, name string, mut func(*v1alpha1.Rollout) error) (*v1alpha1.Rollout, error) {
 	var ro *v1alpha1.Rollout
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -53,7 +60,9 @@ func Update(ctx context.Context, c client.Client, ns, name string, mut func(*v1a
 		if ro, err = Get(ctx, c, ns, name); err != nil {
 			return err
 		}
-		if err := mut(ro); err != nil {
+		if err := mut(ro); errors.Is(err, ErrDone) {
+			return nil
+		} else if err != nil {
 			return err
 		}
 		return c.Update(ctx, ro)
@@ -175,7 +184,11 @@ func Pause(ctx context.Context, c client.Client, ns, name string, paused bool) (
 // Rollback sets spec.release back to `to` (default: the previous release) with the reason
 // recorded for this rollback; it returns the releases it goes from and to.
 func Rollback(ctx context.Context, c client.Client, ns, name, to, reason string) (ro *v1alpha1.Rollout, from, target string, err error) {
+	var wrote string // the reason written, once a write was sent
 	ro, err = Update(ctx, c, ns, name, func(ro *v1alpha1.Rollout) error {
+		if wrote != "" && ro.Spec.Release == target && ro.Annotations[v1alpha1.AnnotationRollbackReason] == wrote {
+			return ErrDone // this rollback's own write, whose answer was lost
+		}
 		from, target = ro.Spec.Release, to
 		if target == "" {
 			target = PreviousRelease(ro)
@@ -202,7 +215,8 @@ func Rollback(ctx context.Context, c client.Client, ns, name, to, reason string)
 		if why == "" {
 			why = "requested with rewind rollback"
 		}
-		ro.Annotations[v1alpha1.AnnotationRollbackReason] = fmt.Sprintf("%s (at %s)", why, time.Now().UTC().Format(time.RFC3339))
+		wrote = fmt.Sprintf("%s (at %s)", why, time.Now().UTC().Format(time.RFC3339))
+		ro.Annotations[v1alpha1.AnnotationRollbackReason] = wrote
 		return nil
 	})
 	return ro, from, target, err
@@ -211,8 +225,11 @@ func Rollback(ctx context.Context, c client.Client, ns, name, to, reason string)
 // Retry asks once more for a failed release that was rolled back, or a failed rollback; it
 // returns what is retried. prog is how the user runs rewind (for hints).
 func Retry(ctx context.Context, c client.Client, ns, name, prog string) (*v1alpha1.Rollout, string, error) {
-	var what string
+	var what, wrote string // wrote: the retry's time, once a write was sent
 	ro, err := Update(ctx, c, ns, name, func(ro *v1alpha1.Rollout) error {
+		if wrote != "" && ro.Annotations[v1alpha1.AnnotationRetry] == wrote {
+			return ErrDone // this retry's own write, whose answer was lost
+		}
 		stalled := meta.FindStatusCondition(ro.Status.Conditions, v1alpha1.ConditionStalled)
 		switch {
 		case ro.Status.Phase == v1alpha1.RolloutFailed && stalled != nil && stalled.Reason == v1alpha1.ReasonRollbackFailed:
@@ -231,7 +248,8 @@ func Retry(ctx context.Context, c client.Client, ns, name, prog string) (*v1alph
 		if ro.Annotations == nil {
 			ro.Annotations = map[string]string{}
 		}
-		ro.Annotations[v1alpha1.AnnotationRetry] = time.Now().UTC().Format(time.RFC3339Nano)
+		wrote = time.Now().UTC().Format(time.RFC3339Nano)
+		ro.Annotations[v1alpha1.AnnotationRetry] = wrote
 		return nil
 	})
 	return ro, what, err

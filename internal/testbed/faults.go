@@ -62,6 +62,15 @@ type HTTPFaults struct {
 	// PathPrefixes, when set, restricts the faults to requests whose path starts with one of
 	// them (e.g. "/apis/apiextensions.k8s.io/", "/api/v1/namespaces/shop/").
 	PathPrefixes []string
+	// LoseAnswers makes each fault a lost answer instead of a status: the request is sent on
+	// to the API server, which acts on it, and its answer never reaches the client (the
+	// stream is reset), as when a connection breaks after the server acted. This is the
+	// fault that tells whether a client's retry of a write is safe. Codes and RetryAfter are
+	// not used; a watch is reset without being sent on.
+	LoseAnswers bool
+	// Max, when positive, is how many faults are injected in all from the moment these
+	// faults are set; then requests are forwarded untouched.
+	Max int
 }
 
 // Validate says whether f can be injected.
@@ -77,6 +86,9 @@ func (f Faults) Validate() error {
 		if c != http.StatusTooManyRequests && (c < 500 || c > 599) {
 			errs = append(errs, fmt.Errorf("HTTP fault code %d: want 429 or 500-599", c))
 		}
+	}
+	if f.HTTP.Max < 0 {
+		errs = append(errs, fmt.Errorf("HTTP fault Max must be >= 0, got %d", f.HTTP.Max))
 	}
 	if f.HTTP.RetryAfter < 0 {
 		errs = append(errs, fmt.Errorf("Retry-After must be >= 0, got %s", f.HTTP.RetryAfter))
@@ -147,7 +159,8 @@ type FaultCounts struct {
 	HTTPRequests int64 `json:"httpRequests"`
 	// HTTPFaults is the number of requests answered with an injected status.
 	HTTPFaults int64 `json:"httpFaults"`
-	// HTTPByCode is HTTPFaults by status code.
+	// HTTPByCode is HTTPFaults by status code; a lost answer (HTTPFaults.LoseAnswers) counts
+	// as code 0.
 	HTTPByCode map[int]int64 `json:"httpByCode,omitempty"`
 }
 
@@ -179,6 +192,10 @@ func (c FaultCounts) String() string {
 	if len(c.HTTPByCode) > 0 {
 		var parts []string
 		for _, code := range slices.Sorted(maps.Keys(c.HTTPByCode)) {
+			if code == 0 {
+				parts = append(parts, fmt.Sprintf("answer lost: %d", c.HTTPByCode[code]))
+				continue
+			}
 			parts = append(parts, fmt.Sprintf("%d: %d", code, c.HTTPByCode[code]))
 		}
 		s += " (" + strings.Join(parts, ", ") + ")"
@@ -199,6 +216,7 @@ type FaultInjector struct {
 	refuseUntil time.Time
 	conns       map[*connPair]struct{}
 	byCode      map[int]int64
+	sinceSet    int // HTTP faults injected since the last Set (for HTTPFaults.Max)
 	closed      bool
 
 	resets, connsReset, connsRefused, httpRequests, httpFaults atomic.Int64
@@ -252,6 +270,7 @@ func (f *FaultInjector) Set(faults Faults) error {
 	f.mu.Lock()
 	f.faults = faults
 	f.enabled = true
+	f.sinceSet = 0
 	f.mu.Unlock()
 	f.wake()
 	return nil
@@ -388,11 +407,14 @@ func (f *FaultInjector) httpFault(r *http.Request) (code int, h HTTPFaults, ok b
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	h = f.faults.HTTP
-	if !f.enabled || h.Fraction <= 0 || !h.eligible(r) || rand.Float64() >= h.Fraction {
+	if !f.enabled || h.Fraction <= 0 || (h.Max > 0 && f.sinceSet >= h.Max) || !h.eligible(r) || rand.Float64() >= h.Fraction {
 		return 0, h, false
 	}
-	codes := h.codes()
-	code = codes[rand.IntN(len(codes))]
+	f.sinceSet++
+	if !h.LoseAnswers {
+		codes := h.codes()
+		code = codes[rand.IntN(len(codes))]
+	}
 	f.byCode[code]++
 	f.httpFaults.Add(1)
 	return code, h, true

@@ -10,6 +10,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"os"
@@ -108,11 +109,19 @@ func startHTTPFaultProxy(faults *FaultInjector, target string, t *proxyTLS, logw
 
 // ServeHTTP answers a fault or forwards the request.
 func (h *httpFaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if code, faults, ok := h.faults.httpFault(r); ok {
+	code, faults, ok := h.faults.httpFault(r)
+	switch {
+	case ok && faults.LoseAnswers:
+		if r.URL.Query().Get("watch") != "true" {
+			// Sent on and acted on; the answer goes nowhere.
+			h.rp.ServeHTTP(httptest.NewRecorder(), r)
+		}
+		panic(http.ErrAbortHandler) // resets the stream: the client sees no answer
+	case ok:
 		writeStatus(w, faultStatus(code, r.Method, faults.retryAfterSeconds()))
-		return
+	default:
+		h.rp.ServeHTTP(w, r)
 	}
-	h.rp.ServeHTTP(w, r)
 }
 
 // upstreamError answers a request the API server could not be asked (it is down or

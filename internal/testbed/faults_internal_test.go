@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -227,10 +228,14 @@ func TestHTTPFaultProxy(t *testing.T) {
 	release := make(chan struct{}) // ends /stream
 	hold := make(chan struct{})    // ends /stream-held, at the end of the test
 	defer close(hold)
+	var posts atomic.Int64 // POSTs the upstream acted on
 	upstream, tlsCfg, caPEM := tlsUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != "Bearer secret-token" {
 			http.Error(w, "no token", http.StatusUnauthorized)
 			return
+		}
+		if r.Method == http.MethodPost {
+			posts.Add(1)
 		}
 		w.Header().Set("Content-Type", "application/json")
 		if r.URL.Path == "/stream" || r.URL.Path == "/stream-held" {
@@ -352,6 +357,26 @@ func TestHTTPFaultProxy(t *testing.T) {
 		t.Errorf("a POST under the path must get a 503, got %v", err)
 	}
 
+	// A lost answer: the request reaches the server, which acts on it, and the client gets no
+	// answer but a reset stream (a transient error). Max: only the first of them.
+	if err := fi.Set(Faults{HTTP: HTTPFaults{Fraction: 1, LoseAnswers: true, MutatingOnly: true, Max: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	before = fi.Counts()
+	acted := posts.Load()
+	if err := post("/api/v1/namespaces/lost/configmaps"); err == nil || !fault.IsTransient(err) {
+		t.Errorf("a POST whose answer is lost: got %v, want a transient error", err)
+	}
+	if posts.Load() != acted+1 {
+		t.Errorf("the server acted on %d POSTs whose answer was lost, want 1", posts.Load()-acted)
+	}
+	if err := post("/api/v1/namespaces/lost/configmaps"); err != nil {
+		t.Errorf("the second POST, past Max: %v", err)
+	}
+	if c := fi.Counts(); c.HTTPFaults != before.HTTPFaults+1 || c.HTTPByCode[0] != 1 || !strings.Contains(c.String(), "answer lost: 1") {
+		t.Errorf("one lost answer must be counted as code 0: %+v (%s)", c, c)
+	}
+
 	// Off: everything passes, the configuration is kept.
 	fi.SetEnabled(false)
 	if err := post("/api/v1/namespaces/faulty/configmaps"); err != nil {
@@ -417,6 +442,7 @@ func TestFaultsValidate(t *testing.T) {
 		{"resets and HTTP", Faults{ResetEvery: time.Second, RefuseFor: -1, HTTP: HTTPFaults{Fraction: 0.1, Codes: []int{429, 502}}}, true},
 		{"negative interval", Faults{ResetEvery: -time.Second}, false},
 		{"fraction above 1", Faults{HTTP: HTTPFaults{Fraction: 1.5}}, false},
+		{"negative Max", Faults{HTTP: HTTPFaults{Fraction: 0.1, Max: -1}}, false},
 		{"a 404 is no fault", Faults{HTTP: HTTPFaults{Fraction: 0.1, Codes: []int{404}}}, false},
 		{"relative path", Faults{HTTP: HTTPFaults{Fraction: 0.1, PathPrefixes: []string{"api"}}}, false},
 	} {
