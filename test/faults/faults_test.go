@@ -247,6 +247,40 @@ func TestThrottledAndFailingRequests(t *testing.T) {
 	}
 }
 
+// Three in ten of the writes to every member are done and their answers lost (the connection
+// breaks after the member's API server acted: the fault that tells whether sending a write
+// again is safe), through an upgrade and a person's rollback: both end as they would without
+// them, nothing fails or is rolled back, and every member is its snapshot again.
+func TestWritesWhoseAnswersAreLost(t *testing.T) {
+	f := suite.New(t, allAtOnce())
+	suite.StartManager(t, f.NS, controller.Options{})
+	f.WaitPhase("mysql-a", v1alpha1.RolloutSucceeded, 2*time.Minute)
+	f.Populate()
+	before := suite.Env.FaultCounts()
+
+	stop := inject(t, testbed.Faults{HTTP: testbed.HTTPFaults{Fraction: 0.3, LoseAnswers: true, MutatingOnly: true}})
+	f.SetRelease("mysql-b", nil)
+	ro := f.WaitPhase("mysql-b", v1alpha1.RolloutSucceeded, 5*time.Minute)
+	snaps := f.SnapshotsOf(ro.Status.Revision)
+	assertNoFailure(t, f)
+	suite.Rewind(t, f.NS, "rollback", f.Name)
+	ro = f.WaitPhase("mysql-a", v1alpha1.RolloutRolledBack, 5*time.Minute)
+	stop()
+	counts := suite.Env.FaultCounts()
+	lost := counts.HTTPByCode[0] - before.HTTPByCode[0]
+	t.Logf("answers lost: %d of %d requests (%s)", lost, counts.HTTPRequests-before.HTTPRequests, counts)
+	if lost == 0 {
+		t.Errorf("no answer was lost: the test proves nothing")
+	}
+	if ro.Status.Targets.RolledBack != 3 || ro.Status.Targets.Failed != 0 {
+		t.Errorf("every cluster must be restored, none failed: %+v", ro.Status.Targets)
+	}
+	assertRuns(t, f, "mysql-a")
+	for _, m := range suite.Env.Members {
+		f.AssertEqualsSnapshot(m, snaps[m.Name])
+	}
+}
+
 // The controller reaches its hub through a fault proxy that resets its connections every 3 s
 // and answers a fifth of its requests with 429, 500, 503 or 504 (a hub API server restarting
 // behind its load balancer, or one under load), through an upgrade and a person's rollback: both

@@ -22,8 +22,9 @@ import (
 
 // TestAgentsRideOutTheirWayToTheHub: the pull members' agents reach the hub through a fault
 // proxy that resets their connections every 3 s and answers a fifth of their requests with
-// 429, 500, 503 or 504, through an upgrade and a person's rollback (the way a WAN or a
-// corporate proxy between an edge site and its hub behaves). Their targets, copies and
+// 429, 500, 503 or 504 through an upgrade, and loses the answers of a fifth of their writes
+// (done by the hub) through a person's rollback (the way a WAN or a corporate proxy between an
+// edge site and its hub behaves). Their targets, copies and
 // heartbeats go on: both members end upgraded, then restored to their snapshots object by
 // object, and neither agent stops. (TestAgentRidesOutFaults covers the way from an agent to its
 // own cluster.)
@@ -51,12 +52,18 @@ func TestAgentsRideOutTheirWayToTheHub(t *testing.T) {
 	f.SetRelease("mysql-b", nil)
 	ro := f.WaitPhase("mysql-b", v1alpha1.RolloutSucceeded, 6*time.Minute)
 	snaps := f.SnapshotsOf(ro.Status.Revision)
+	// The rollback: a fifth of the agents' writes are done by the hub and their answers lost.
+	upgrade := proxy.Faults().Counts()
+	if err := proxy.Faults().Set(testbed.Faults{HTTPProxy: true, ResetEvery: 3 * time.Second,
+		HTTP: testbed.HTTPFaults{Fraction: 0.2, LoseAnswers: true, MutatingOnly: true}}); err != nil {
+		t.Fatal(err)
+	}
 	suite.Rewind(t, f.NS, "rollback", f.Name, "--reason", "under faults of the way to the hub")
 	f.WaitPhase("mysql-a", v1alpha1.RolloutRolledBack, 6*time.Minute)
 	injected := proxy.Faults().Counts()
 	proxy.Faults().SetEnabled(false)
-	if injected.HTTPFaults == 0 || injected.ConnsReset == 0 {
-		t.Fatalf("no fault was injected on the way to the hub (%s): the test proves nothing", injected)
+	if upgrade.HTTPFaults == 0 || injected.ConnsReset == 0 || injected.HTTPByCode[0] == 0 {
+		t.Fatalf("a fault was not injected on the way to the hub (%s): the test proves less than it says", injected)
 	}
 	t.Logf("faults injected on the agents' way to the hub: %s", injected)
 	for name, a := range agents {
