@@ -15,7 +15,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -23,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/fault"
 	"github.com/rewind-dev/rewind/internal/member"
 	"github.com/rewind-dev/rewind/internal/patch"
 )
@@ -174,7 +174,7 @@ func (r *MemberClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.MemberCluster{}, builder.WithPredicates(predicate.Funcs{UpdateFunc: notOwnCheck})).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.membersForSecret)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 8})
+		WithOptions(fault.ControllerOptions(8))
 	if r.Probes != nil {
 		// A member whose probe verdict changed is written at once, not at its next check.
 		changed := make(chan event.GenericEvent, 1024)

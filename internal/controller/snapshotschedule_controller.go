@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/fault"
 	"github.com/rewind-dev/rewind/internal/member"
 	"github.com/rewind-dev/rewind/internal/patch"
 	"github.com/rewind-dev/rewind/internal/release"
@@ -298,5 +299,6 @@ func (r *SnapshotScheduleReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.SnapshotSchedule{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Named("snapshotschedule").
+		WithOptions(fault.ControllerOptions(1)).
 		Complete(r)
 }

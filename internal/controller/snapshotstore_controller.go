@@ -11,7 +11,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -220,6 +219,6 @@ func (r *SnapshotStoreReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("snapshotstore").
 		// A store that does not answer holds its worker for its probe (probeRetryWindow, its
 		// timeout): the others are probed meanwhile.
-		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		WithOptions(fault.ControllerOptions(4)).
 		Complete(r)
 }

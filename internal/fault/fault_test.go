@@ -16,8 +16,10 @@ import (
 	"golang.org/x/net/http2"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/rewind-dev/rewind/internal/fault"
 )
@@ -336,5 +338,27 @@ func TestWithin(t *testing.T) {
 	// No budget: the call runs with the caller's context.
 	if v, err := fault.Within(ctx, 0, "read", func(c context.Context) (int, error) { return 3, c.Err() }); v != 3 || err != nil {
 		t.Errorf("no budget: %d, %v", v, err)
+	}
+}
+
+// A reconcile that returned an error fifteen or twenty times in a row (a flaky hub) runs again
+// within MaxRequeueDelay, not after controller-runtime's 1,000 s; its first retries still come
+// at once, and a success starts it over.
+func TestReconcileRateLimiterIsBounded(t *testing.T) {
+	rl := fault.ReconcileRateLimiter()
+	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "team-a", Name: "mysql-member3"}}
+	if d := rl.When(req); d > 10*time.Millisecond {
+		t.Errorf("the first retry waits %s, want about 5 ms", d)
+	}
+	var last time.Duration
+	for range 20 {
+		last = rl.When(req)
+	}
+	if last != fault.MaxRequeueDelay {
+		t.Errorf("after 21 errors in a row a reconcile waits %s, want %s", last, fault.MaxRequeueDelay)
+	}
+	rl.Forget(req)
+	if d := rl.When(req); d > 10*time.Millisecond {
+		t.Errorf("after a success the next error waits %s, want about 5 ms again", d)
 	}
 }

@@ -297,9 +297,25 @@ func (f *Fleet) WaitPhase(release, phase string, timeout time.Duration) *v1alpha
 		return ro.Status.CurrentRelease == release && ro.Status.Phase == phase, nil
 	})
 	if err != nil {
-		f.T.Fatalf("rollout did not reach %s for %s: phase %s release %s, targets %+v, failures %+v, conditions %+v", phase, release, ro.Status.Phase, ro.Status.CurrentRelease, ro.Status.Targets, ro.Status.Failures, ro.Status.Conditions)
+		f.T.Fatalf("rollout did not reach %s for %s: phase %s release %s, targets %+v, failures %+v, conditions %+v; %s", phase, release, ro.Status.Phase, ro.Status.CurrentRelease, ro.Status.Targets, ro.Status.Failures, ro.Status.Conditions, f.describeTargets())
 	}
 	return ro
+}
+
+// describeTargets says where each of the rollout's targets is, for a test that failed.
+func (f *Fleet) describeTargets() string {
+	var list v1alpha1.RolloutTargetList
+	if err := f.Hub().List(context.Background(), &list, client.InNamespace(f.NS), client.MatchingLabels{v1alpha1.LabelRollout: f.Name}); err != nil {
+		return "targets: " + err.Error()
+	}
+	var b strings.Builder
+	b.WriteString("targets:")
+	for _, t := range list.Items {
+		st := t.Status
+		fmt.Fprintf(&b, "\n  %s: spec revision %d path %s; status revision %d path %s phase %s step %s restore steps %v attempt %d faults %d waiting for %q message %q snapshot %q",
+			t.Spec.Cluster, t.Spec.Revision, t.Spec.Path, st.Revision, st.Path, st.Phase, st.Step, st.RestoreSteps, st.Attempt, st.Faults, st.WaitingFor, st.Message, st.Snapshot)
+	}
+	return b.String()
 }
 
 // WaitCondition waits until the rollout has a condition of type typ with the given status and

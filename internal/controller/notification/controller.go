@@ -30,7 +30,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -101,7 +100,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: t.Namespace, Name: t.Spec.Rollout}}}
 		}), builder.WithPredicates(predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool { return !target.OnlyProgress(e) }})).
 		Watches(&v1alpha1.NotificationPolicy{}, handler.EnqueueRequestsFromMapFunc(r.rolloutsOfPolicy)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 2}).
+		WithOptions(fault.ControllerOptions(2)).
 		Complete(r)
 }
 
@@ -115,7 +114,7 @@ func (r *Deliverer) SetupWithManager(mgr ctrl.Manager) error {
 		Named("notificationdelivery").
 		For(&v1alpha1.NotificationRecord{}, builder.WithPredicates(predicate.ResourceVersionChangedPredicate{})).
 		Watches(&v1alpha1.NotificationPolicy{}, handler.EnqueueRequestsFromMapFunc(r.recordsOfPolicy)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: r.Workers}).
+		WithOptions(fault.ControllerOptions(r.Workers)).
 		Complete(r)
 }
 

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/fault"
 	"github.com/rewind-dev/rewind/internal/notify"
 )
 
@@ -28,7 +29,8 @@ type PolicyReconciler struct {
 
 // SetupWithManager registers the reconciler.
 func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).Named("notificationpolicy").For(&v1alpha1.NotificationPolicy{}).Complete(r)
+	return ctrl.NewControllerManagedBy(mgr).Named("notificationpolicy").For(&v1alpha1.NotificationPolicy{}).
+		WithOptions(fault.ControllerOptions(1)).Complete(r)
 }
 
 // Reconcile sets the policy's Ready (and Stalled) condition.

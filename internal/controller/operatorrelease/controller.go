@@ -17,11 +17,11 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/artifact"
+	"github.com/rewind-dev/rewind/internal/fault"
 	"github.com/rewind-dev/rewind/internal/patch"
 	"github.com/rewind-dev/rewind/internal/release"
 )
@@ -53,7 +53,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("operatorrelease").
 		For(&v1alpha1.OperatorRelease{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 2}).
+		WithOptions(fault.ControllerOptions(2)).
 		Complete(r)
 }
 

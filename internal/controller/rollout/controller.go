@@ -24,7 +24,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -32,6 +31,7 @@ import (
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/controller/target"
+	"github.com/rewind-dev/rewind/internal/fault"
 	"github.com/rewind-dev/rewind/internal/member"
 	"github.com/rewind-dev/rewind/internal/metrics"
 	"github.com/rewind-dev/rewind/internal/patch"
@@ -560,7 +560,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// A member bound to a namespace (spec.boundNamespaces) starts the Rollouts stalled on it.
 		Watches(&v1alpha1.MemberCluster{}, handler.EnqueueRequestsFromMapFunc(r.stalledRollouts),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		WithOptions(fault.ControllerOptions(4)).
 		Complete(r)
 }
 

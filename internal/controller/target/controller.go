@@ -24,7 +24,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -768,7 +767,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("rollouttarget").
 		Watches(&v1alpha1.RolloutTarget{}, &openedFirst{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
-		WithOptions(controller.Options{MaxConcurrentReconciles: workers})
+		WithOptions(fault.ControllerOptions(workers))
 	if r.Local == "" {
 		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.RolloutTarget{}, indexCluster, func(o client.Object) []string {
 			if t := o.(*v1alpha1.RolloutTarget); !IsCopy(t) {
