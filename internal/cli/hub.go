@@ -168,6 +168,10 @@ func missingNamespace(err error) (string, bool) {
 //
 // A discovery that failed for a group version with anything but a 404 (a 503 of a hub
 // restarting, a reset) is a fault, even when another version's 404 made it a no-match too.
+// controller-runtime v0.25's mapper does not build such a mixed error (it skips a version's
+// 404, and its aggregated discovery records only no-matches): this keeps the advice to install
+// rewind from a hub that had a fault if a version of it does (ErrResourceDiscoveryFailed
+// turns a 404 into a no-match for that purpose).
 func isMissingAPI(err error) bool {
 	var failed *apiutil.ErrResourceDiscoveryFailed
 	if errors.As(err, &failed) {

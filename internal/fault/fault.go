@@ -9,7 +9,6 @@
 package fault
 
 import (
-	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -207,8 +206,8 @@ type Policy struct {
 	// Window, when positive, bounds the tries by time: none starts after Window has passed
 	// since the first try (the wait before the last is cut to end there).
 	Window time.Duration
-	// Base and Ceiling are the jittered exponential backoff between tries (Backoff); zero
-	// means 200 ms and 5 s.
+	// Base and Ceiling are the jittered exponential backoff between tries (Backoff); zero or
+	// less means 200 ms and 5 s.
 	Base, Ceiling time.Duration
 	// Retriable says which errors are tried again; nil means IsTransient.
 	Retriable func(error) bool
@@ -221,7 +220,13 @@ func (p Policy) Do(ctx context.Context, fn func() error) error {
 	if retriable == nil {
 		retriable = IsTransient
 	}
-	base, ceiling := cmp.Or(p.Base, 200*time.Millisecond), cmp.Or(p.Ceiling, 5*time.Second)
+	base, ceiling := p.Base, p.Ceiling
+	if base <= 0 {
+		base = 200 * time.Millisecond
+	}
+	if ceiling <= 0 {
+		ceiling = 5 * time.Second
+	}
 	deadline := time.Now().Add(p.Window)
 	for n := 1; ; n++ {
 		err := fn()
@@ -254,6 +259,9 @@ func Retry(ctx context.Context, steps int, fn func() error) error {
 // window has passed since its first try (or ctx ends), each try under ctx. It is for a check
 // that must not hold its worker long (a store's probe), while each try may take its time.
 func RetryFor(ctx context.Context, window time.Duration, fn func() error) error {
+	if window <= 0 {
+		return fn() // no window: one try (a Policy without a Window has no bound)
+	}
 	return Policy{Window: window, Ceiling: 2 * time.Second}.Do(ctx, fn)
 }
 

@@ -231,6 +231,10 @@ func TestRetryFor(t *testing.T) {
 	if err := fault.RetryFor(ctx, time.Minute, func() error { tries++; return apierrors.NewNotFound(gr, "x") }); !apierrors.IsNotFound(err) || tries != 1 {
 		t.Errorf("a failure is returned at once: err %v after %d tries", err, tries)
 	}
+	tries = 0
+	if err := fault.RetryFor(ctx, 0, func() error { tries++; return apierrors.NewServiceUnavailable("down") }); !apierrors.IsServiceUnavailable(err) || tries != 1 {
+		t.Errorf("no window: one try, got err %v after %d tries", err, tries)
+	}
 }
 
 // A Policy tries again what its Retriable says, however the error is classified otherwise.

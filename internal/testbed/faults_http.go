@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -112,7 +113,7 @@ func (h *httpFaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	code, faults, ok := h.faults.httpFault(r)
 	switch {
 	case ok && faults.LoseAnswers:
-		if r.URL.Query().Get("watch") != "true" {
+		if !isWatch(r) {
 			// Sent on and acted on; the answer goes nowhere.
 			h.rp.ServeHTTP(httptest.NewRecorder(), r)
 		}
@@ -177,4 +178,14 @@ func writeStatus(w http.ResponseWriter, st metav1.Status) {
 	}
 	w.WriteHeader(int(st.Code))
 	_, _ = w.Write(b)
+}
+
+// isWatch says whether r asks for a watch (?watch=true or 1, or a legacy /watch/ path), which
+// never ends by itself.
+func isWatch(r *http.Request) bool {
+	if w, err := strconv.ParseBool(r.URL.Query().Get("watch")); err == nil && w {
+		return true
+	}
+	seg := strings.Split(r.URL.Path, "/") // "", "api", "v1", "watch", ... or "", "apis", group, version, "watch", ...
+	return (len(seg) > 3 && seg[1] == "api" && seg[3] == "watch") || (len(seg) > 4 && seg[1] == "apis" && seg[4] == "watch")
 }

@@ -456,3 +456,21 @@ func TestFaultsValidate(t *testing.T) {
 		t.Error("HTTP faults on a member without the HTTP proxy must be refused")
 	}
 }
+
+// A lost answer is never waited for on a watch: isWatch knows each way of asking for one.
+func TestIsWatch(t *testing.T) {
+	for target, want := range map[string]bool{
+		"/api/v1/namespaces/a/configmaps?watch=true":              true,
+		"/apis/apps/v1/deployments?watch=1":                       true,
+		"/api/v1/watch/namespaces/a/configmaps":                   true,
+		"/apis/rewind.dev/v1alpha1/watch/rollouts":                true,
+		"/api/v1/namespaces/watch/configmaps/x":                   false,
+		"/apis/apps/v1/namespaces/a/deployments/watch":            false,
+		"/apis/rewind.dev/v1alpha1/namespaces/a/rollouts?watch=0": false,
+	} {
+		r := httptest.NewRequest(http.MethodGet, target, nil)
+		if got := isWatch(r); got != want {
+			t.Errorf("%s: watch %v, want %v", target, got, want)
+		}
+	}
+}
