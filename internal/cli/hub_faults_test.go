@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -35,8 +34,8 @@ func kubeconfigVia(t *testing.T, server string) string {
 }
 
 // TestCommandsRideOutABlipOfTheHub: a person's command goes on through a blip of its way to
-// the hub (every request answered 503 for 300 ms, as an API server restarting behind its load
-// balancer does) and through a write whose answer is lost after the hub acted on it. Each
+// the hub (its first three requests answered 503, as by an API server restarting behind its
+// load balancer) and through a write whose answer is lost after the hub acted on it. Each
 // command starts with a new client, so the blip meets its discovery of rewind.dev too.
 // Before, the first 503 failed the command; and a blip that met the discovery told the
 // person to install rewind ("the hub does not serve rewind.dev/v1alpha1: run `rewind
@@ -63,15 +62,13 @@ func TestCommandsRideOutABlipOfTheHub(t *testing.T) {
 		{"rollout", "pause", "mysql"},
 	} {
 		before := faults.Counts().HTTPFaults
-		if err := faults.Set(testbed.Faults{HTTP: testbed.HTTPFaults{Fraction: 1, Codes: []int{503}}}); err != nil {
+		if err := faults.Set(testbed.Faults{HTTP: testbed.HTTPFaults{Fraction: 1, Codes: []int{503}, Max: 3}}); err != nil {
 			t.Fatal(err)
 		}
-		heal := time.AfterFunc(300*time.Millisecond, func() { faults.SetEnabled(false) })
 		out, err := run(ctx, append(args, "--kubeconfig", kc, "-n", ns)...)
-		heal.Stop()
 		faults.SetEnabled(false)
 		if err != nil {
-			t.Fatalf("%v through a 300 ms blip of the hub: %v\n%s", args, err, out)
+			t.Fatalf("%v through a blip of the hub (its first 3 requests answered 503): %v\n%s", args, err, out)
 		}
 		if faults.Counts().HTTPFaults == before {
 			t.Fatalf("%v met no fault: the test proves nothing", args)
