@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/fault"
 	"github.com/rewind-dev/rewind/internal/member"
 )
 
@@ -118,7 +119,13 @@ func (h *hubFlags) client() (client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return client.New(cfg, client.Options{Scheme: hubScheme})
+	c, err := client.New(cfg, client.Options{Scheme: hubScheme})
+	if err != nil {
+		return nil, err
+	}
+	// A create or an update whose answer a blip lost finds its write done (the transport
+	// sends a PUT again, not a POST).
+	return fault.KnowsItsWrites(c), nil
 }
 
 // ns returns the namespace to work in: -n, else the context's namespace, else default.

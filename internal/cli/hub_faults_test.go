@@ -3,14 +3,19 @@
 package cli
 
 import (
+	"context"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
+	"github.com/rewind-dev/rewind/internal/join"
+	"github.com/rewind-dev/rewind/internal/member"
 	"github.com/rewind-dev/rewind/internal/testbed"
 	"github.com/rewind-dev/rewind/internal/testbed/testenv"
 )
@@ -110,5 +115,90 @@ func TestCommandsRideOutABlipOfTheHub(t *testing.T) {
 	}
 	if ro.Spec.Release != "mysql-v1" || !strings.HasPrefix(ro.Annotations[v1alpha1.AnnotationRollbackReason], "lost answer (at ") {
 		t.Fatalf("rollout after the rollback: release %q, reason %q", ro.Spec.Release, ro.Annotations[v1alpha1.AnnotationRollbackReason])
+	}
+}
+
+// TestCommandsWhoseWritesLoseTheirAnswers: a person's command goes on when the hub acted on
+// one of its writes and the answer was lost (a connection reset after the request was sent):
+// a create (POST) and an update (PUT) of `rewind clusters add`, a Role of `rewind clusters
+// join`, the OperatorRelease of `rewind release create`. Each finds its write done and ends as
+// a run without the fault. Before, a lost create failed the command with the transport's
+// error (the transport does not send a POST again), or with AlreadyExists where the command
+// tried again itself (join); an update, sent again with the resourceVersion it had replaced,
+// was refused with a conflict ("the object has been modified").
+func TestCommandsWhoseWritesLoseTheirAnswers(t *testing.T) {
+	ctx := t.Context()
+	c := hubClient(t)
+	ns := testenv.Namespace(t, env.Hub.RESTConfig())
+	proxy, err := env.Hub.StartFaultProxy(testbed.Faults{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	kc := kubeconfigVia(t, proxy.Server)
+	faults := proxy.Faults()
+	m := env.Members[0]
+	t.Cleanup(func() {
+		for _, name := range []string{"lost-a", "lost-b"} {
+			_ = c.Delete(context.Background(), &v1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: name}})
+			_ = c.Delete(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "rewind-system", Name: "member-" + name + "-kubeconfig"}})
+		}
+		_, _ = join.Leave(context.Background(), c, "lost-j")
+	})
+
+	secrets := "/api/v1/namespaces/rewind-system/secrets"
+	members := "/apis/rewind.dev/v1alpha1/memberclusters"
+	for _, tc := range []struct {
+		what string
+		// path is the prefix of the request whose answer is lost: the first POST, PUT,
+		// PATCH or DELETE under it.
+		path string
+		args []string
+	}{
+		{"the Secret's create", secrets, []string{"clusters", "add", "lost-a", "--kubeconfig", m.Kubeconfig, "--hub-kubeconfig", kc}},
+		{"the MemberCluster's create", members, []string{"clusters", "add", "lost-b", "--kubeconfig", m.Kubeconfig, "--hub-kubeconfig", kc}},
+		{"the Secret's update", secrets + "/member-lost-a-kubeconfig", []string{"clusters", "add", "lost-a", "--kubeconfig", m.Kubeconfig, "--hub-kubeconfig", kc, "--label", "env=lost"}},
+		{"the MemberCluster's update", members + "/lost-b", []string{"clusters", "add", "lost-b", "--kubeconfig", m.Kubeconfig, "--hub-kubeconfig", kc, "--label", "env=lost"}},
+		{"the create of the agent's Role", "/apis/rbac.authorization.k8s.io/v1/namespaces/" + v1alpha1.MemberNamespace("lost-j") + "/roles",
+			[]string{"clusters", "join", "lost-j", "--bootstrap-kubeconfig", filepath.Join(t.TempDir(), "lost-j.yaml"), "--kubeconfig", kc}},
+		{"the OperatorRelease's create", "/apis/rewind.dev/v1alpha1/namespaces/" + ns + "/operatorreleases",
+			append(createArgs(ns, "widget-lost", releaseSources[0].version, releaseSources[0].image, releaseSources[0].args), "--kubeconfig", kc)},
+	} {
+		before := faults.Counts().HTTPFaults
+		if err := faults.Set(testbed.Faults{HTTP: testbed.HTTPFaults{Fraction: 1, LoseAnswers: true, MutatingOnly: true, Max: 1, PathPrefixes: []string{tc.path}}}); err != nil {
+			t.Fatal(err)
+		}
+		out, err := run(ctx, tc.args...)
+		faults.SetEnabled(false)
+		if faults.Counts().HTTPFaults == before {
+			t.Fatalf("%s: no answer lost: the case proves nothing\n%s", tc.what, out)
+		}
+		if err != nil {
+			t.Errorf("%v, %s's answer lost: %v\n%s", tc.args[:3], tc.what, err, out)
+		}
+	}
+
+	// Each ends as a run without the fault.
+	for _, name := range []string{"lost-a", "lost-b"} {
+		mc := &v1alpha1.MemberCluster{}
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, mc); err != nil {
+			t.Fatal(err)
+		}
+		secret := &corev1.Secret{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "rewind-system", Name: "member-" + name + "-kubeconfig"}, secret); err != nil {
+			t.Fatal(err)
+		}
+		if mc.Labels["env"] != "lost" || mc.Spec.KubeconfigSecretRef.Name != secret.Name || len(secret.Data[member.DefaultKubeconfigKey]) == 0 {
+			t.Errorf("MemberCluster %s: labels %v, kubeconfig Secret %q (%d bytes)", name, mc.Labels, mc.Spec.KubeconfigSecretRef.Name, len(secret.Data[member.DefaultKubeconfigKey]))
+		}
+	}
+	for _, o := range join.Objects("lost-j") {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(o), o); err != nil {
+			t.Errorf("%T %s after the join: %v", o, client.ObjectKeyFromObject(o), err)
+		}
+	}
+	rel := &v1alpha1.OperatorRelease{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "widget-lost"}, rel); err != nil || rel.Spec.Version != releaseSources[0].version {
+		t.Errorf("OperatorRelease widget-lost: %v (version %q)", err, rel.Spec.Version)
 	}
 }
