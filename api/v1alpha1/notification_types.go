@@ -170,6 +170,13 @@ type NotificationRecordSpec struct {
 	// rolloutUID is the Rollout's UID, part of every idempotency key.
 	// +required
 	RolloutUID types.UID `json:"rolloutUID"`
+	// fromRevision is the Rollout's revision when the record was made: events of earlier
+	// revisions happened before the policy and are never sent. It is written with the record,
+	// so that a fault between the record's creation and its first status write cannot make it
+	// send the Rollout's whole history.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	FromRevision int32 `json:"fromRevision,omitempty"`
 }
 
 // Delivery is where one notification stands with one destination.

@@ -291,12 +291,13 @@ func (r *Reconciler) record(ctx context.Context, p *v1alpha1.NotificationPolicy,
 	rec = &v1alpha1.NotificationRecord{
 		ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: map[string]string{v1alpha1.LabelRollout: ro.Name},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "Rollout", Name: ro.Name, UID: ro.UID}}},
-		Spec: v1alpha1.NotificationRecordSpec{Policy: p.Name, Rollout: ro.Name, RolloutUID: ro.UID},
+		Spec: v1alpha1.NotificationRecordSpec{Policy: p.Name, Rollout: ro.Name, RolloutUID: ro.UID, FromRevision: ro.Status.Revision},
 	}
 	if err := r.Client.Create(ctx, rec); err != nil {
 		return nil, err
 	}
-	// A policy made after the Rollout sends from its current revision on.
+	// A policy made after the Rollout sends from its current revision on (spec.fromRevision,
+	// written with the record); the status says so too, and moves on past pruned revisions.
 	rec.Status.FromRevision = ro.Status.Revision
 	if err := r.Client.Status().Update(ctx, rec); err != nil {
 		return nil, err
@@ -316,7 +317,10 @@ func (r *Reconciler) addNew(rec *v1alpha1.NotificationRecord, p *v1alpha1.Notifi
 		have[n.Key] = true
 	}
 	changed := false
-	for _, n := range notify.Compute(ro, targets, rec.Status.FromRevision, metav1.NewTime(r.now())) {
+	// From the revision the record was made at (its spec), or later once pruned (its status);
+	// a record made before the spec held it has its status only.
+	from := max(rec.Spec.FromRevision, rec.Status.FromRevision)
+	for _, n := range notify.Compute(ro, targets, from, metav1.NewTime(r.now())) {
 		if have[n.Key] || !notify.Selected(p, n.Event) {
 			continue
 		}

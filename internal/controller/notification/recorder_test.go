@@ -181,3 +181,70 @@ func TestRecorderUnderAPIServerFaults(t *testing.T) {
 		t.Errorf("the record must be owned by its Rollout (deleted with it): %+v", rec.OwnerReferences)
 	}
 }
+
+// TestAPolicyMadeLaterSendsFromItsRevisionThroughAFault: a policy made after its Rollout
+// has a history sends the events of the Rollout's current revision on, even when the record's
+// first status write (right after its creation) meets a fault. Before, the revision to send
+// from was only in that status write: the next reconcile found the record without it and
+// queued every event of the Rollout's history (here revision 1's, from before the policy).
+func TestAPolicyMadeLaterSendsFromItsRevisionThroughAFault(t *testing.T) {
+	cfg := env.Hub.RESTConfig()
+	c := testenv.HubClient(t, cfg)
+	ns := testenv.Namespace(t, cfg)
+	ctx := t.Context()
+
+	ro := &v1alpha1.Rollout{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: ns}, Spec: v1alpha1.RolloutSpec{
+		Operator: "op", Release: "b", InstallNamespace: "op", Waves: []v1alpha1.Wave{{Name: "canary", Clusters: []string{"m1"}, MaxConcurrency: 1}}}}
+	if err := c.Create(ctx, ro); err != nil {
+		t.Fatal(err)
+	}
+	now := metav1.NewTime(time.Now().Truncate(time.Second))
+	ro.Status = v1alpha1.RolloutStatus{Revision: 2, CurrentWave: 1, Phase: v1alpha1.RolloutSucceeded, CurrentRelease: "b", History: []v1alpha1.Revision{
+		{Revision: 1, Release: "a", StartedAt: &now, FinishedAt: &now, Outcome: "Succeeded"},
+		{Revision: 2, Release: "b", StartedAt: &now, FinishedAt: &now, Outcome: "Succeeded"},
+	}}
+	if err := c.Status().Update(ctx, ro); err != nil {
+		t.Fatal(err)
+	}
+	p := &v1alpha1.NotificationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "ops", Namespace: ns}, Spec: v1alpha1.NotificationPolicySpec{
+		Events:       []v1alpha1.NotificationEvent{v1alpha1.EventRevisionStarted, v1alpha1.EventRevisionFinished},
+		Destinations: []v1alpha1.NotificationDestination{{Name: "hook", Type: v1alpha1.DestinationWebhook, URLSecretRef: v1alpha1.SecretKeyReference{Name: "hook", Key: "url"}}}}}
+	if err := c.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+
+	base, err := client.NewWithWatch(cfg, client.Options{Scheme: testenv.HubScheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	injected := 0
+	faulty := interceptor.NewClient(base, interceptor.Funcs{
+		SubResourceUpdate: func(ctx context.Context, cl client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			if _, ok := obj.(*v1alpha1.NotificationRecord); ok && sub == "status" && injected == 0 {
+				injected++
+				return apierrors.NewServiceUnavailable("injected: the API server is shutting down")
+			}
+			return cl.SubResource(sub).Update(ctx, obj, opts...)
+		},
+	})
+	r := &Reconciler{Client: faulty, Reader: base}
+	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: ro.Name}}
+	if _, err := r.Reconcile(ctx, req); !fault.IsTransient(err) {
+		t.Fatalf("the first reconcile: %v, want the injected fault", err)
+	}
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	rec := &v1alpha1.NotificationRecord{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: RecordName("ops", "db")}, rec); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.Status.Notifications) == 0 {
+		t.Fatal("the record holds no notification of the current revision")
+	}
+	for _, n := range rec.Status.Notifications {
+		if n.Revision < 2 {
+			t.Errorf("notification %s of revision %d, from before the policy, is queued", n.Key, n.Revision)
+		}
+	}
+}
