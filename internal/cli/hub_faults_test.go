@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -121,11 +122,13 @@ func TestCommandsRideOutABlipOfTheHub(t *testing.T) {
 // TestCommandsWhoseWritesLoseTheirAnswers: a person's command goes on when the hub acted on
 // one of its writes and the answer was lost (a connection reset after the request was sent):
 // a create (POST) and an update (PUT) of `rewind clusters add`, a Role of `rewind clusters
-// join`, the OperatorRelease of `rewind release create`. Each finds its write done and ends as
+// join`, the OperatorRelease of `rewind release create`, the Snapshot of `rewind snapshot take`
+// and its status (written once its payload is stored). Each finds its write done and ends as
 // a run without the fault. Before, a lost create failed the command with the transport's
 // error (the transport does not send a POST again), or with AlreadyExists where the command
 // tried again itself (join); an update, sent again with the resourceVersion it had replaced,
-// was refused with a conflict ("the object has been modified").
+// was refused with a conflict ("the object has been modified"), and so was the Snapshot's status
+// write ("another writer changed its status since it was read": its own).
 func TestCommandsWhoseWritesLoseTheirAnswers(t *testing.T) {
 	ctx := t.Context()
 	c := hubClient(t)
@@ -146,6 +149,17 @@ func TestCommandsWhoseWritesLoseTheirAnswers(t *testing.T) {
 		_, _ = join.Leave(context.Background(), c, "lost-j")
 	})
 
+	// A member to take snapshots of, with a release whose CRDs to capture.
+	if out, err := run(ctx, "clusters", "add", m.Name, "--kubeconfig", m.Kubeconfig, "--hub-kubeconfig", env.Hub.Kubeconfig); err != nil {
+		t.Fatalf("clusters add: %v\n%s", err, out)
+	}
+	createMySQLRelease(t, ns)
+	take := func(name string) []string {
+		return []string{"snapshot", "take", "--cluster", m.Name, "--operator", "mysql-operator", "--release", "mysql-v1",
+			"--name", name, "--store", "dir://" + t.TempDir(), "--kubeconfig", kc, "-n", ns}
+	}
+	snapshots := "/apis/rewind.dev/v1alpha1/namespaces/" + ns + "/snapshots"
+
 	secrets := "/api/v1/namespaces/rewind-system/secrets"
 	members := "/apis/rewind.dev/v1alpha1/memberclusters"
 	for _, tc := range []struct {
@@ -163,6 +177,8 @@ func TestCommandsWhoseWritesLoseTheirAnswers(t *testing.T) {
 			[]string{"clusters", "join", "lost-j", "--bootstrap-kubeconfig", filepath.Join(t.TempDir(), "lost-j.yaml"), "--kubeconfig", kc}},
 		{"the OperatorRelease's create", "/apis/rewind.dev/v1alpha1/namespaces/" + ns + "/operatorreleases",
 			append(createArgs(ns, "widget-lost", releaseSources[0].version, releaseSources[0].image, releaseSources[0].args), "--kubeconfig", kc)},
+		{"the Snapshot's create", snapshots, take("lost-create")},
+		{"the Snapshot's status write (its payload stored)", snapshots + "/lost-status/status", take("lost-status")},
 	} {
 		before := faults.Counts().HTTPFaults
 		if err := faults.Set(testbed.Faults{HTTP: testbed.HTTPFaults{Fraction: 1, LoseAnswers: true, MutatingOnly: true, Max: 1, PathPrefixes: []string{tc.path}}}); err != nil {
@@ -195,6 +211,12 @@ func TestCommandsWhoseWritesLoseTheirAnswers(t *testing.T) {
 	for _, o := range join.Objects("lost-j") {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(o), o); err != nil {
 			t.Errorf("%T %s after the join: %v", o, client.ObjectKeyFromObject(o), err)
+		}
+	}
+	for _, name := range []string{"lost-create", "lost-status"} {
+		snap := &v1alpha1.Snapshot{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, snap); err != nil || !meta.IsStatusConditionTrue(snap.Status.Conditions, v1alpha1.ConditionReady) {
+			t.Errorf("Snapshot %s: %v, conditions %+v; want it Ready", name, err, snap.Status.Conditions)
 		}
 	}
 	rel := &v1alpha1.OperatorRelease{}

@@ -240,7 +240,10 @@ func (h *Helper) resolve(ctx context.Context, obj client.Object, gvk schema.Grou
 		}
 		rest := withoutConditions(status)
 		if restChanged {
-			if !equality.Semantic.DeepEqual(rest, beforeRest) {
+			// Changed since the read, and not to what this reconcile writes: another writer's.
+			// Changed to it: this reconcile's own write, whose answer was lost (the transport
+			// sent it again and the second try met the first), or another writer's same change.
+			if !equality.Semantic.DeepEqual(rest, beforeRest) && !equality.Semantic.DeepEqual(rest, afterRest) {
 				return conflictErr("another writer changed its status since it was read (%v)", conflict)
 			}
 			rest = afterRest
