@@ -171,7 +171,9 @@ func TestCommandsWhoseWritesLoseTheirAnswers(t *testing.T) {
 	}{
 		{"the Secret's create", secrets, []string{"clusters", "add", "lost-a", "--kubeconfig", m.Kubeconfig, "--hub-kubeconfig", kc}},
 		{"the MemberCluster's create", members, []string{"clusters", "add", "lost-b", "--kubeconfig", m.Kubeconfig, "--hub-kubeconfig", kc}},
-		{"the Secret's update", secrets + "/member-lost-a-kubeconfig", []string{"clusters", "add", "lost-a", "--kubeconfig", m.Kubeconfig, "--hub-kubeconfig", kc, "--label", "env=lost"}},
+		// Another kubeconfig: the Secret changes (the same one would be a no-op, which the
+		// second try of a PUT passes).
+		{"the Secret's update", secrets + "/member-lost-a-kubeconfig", []string{"clusters", "add", "lost-a", "--kubeconfig", env.Members[1].Kubeconfig, "--hub-kubeconfig", kc, "--label", "env=lost"}},
 		{"the MemberCluster's update", members + "/lost-b", []string{"clusters", "add", "lost-b", "--kubeconfig", m.Kubeconfig, "--hub-kubeconfig", kc, "--label", "env=lost"}},
 		{"the create of the agent's Role", "/apis/rbac.authorization.k8s.io/v1/namespaces/" + v1alpha1.MemberNamespace("lost-j") + "/roles",
 			[]string{"clusters", "join", "lost-j", "--bootstrap-kubeconfig", filepath.Join(t.TempDir(), "lost-j.yaml"), "--kubeconfig", kc}},

@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"reflect"
+	"slices"
+	"strconv"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -24,18 +28,22 @@ import (
 // resourceVersion the first one replaced, is refused with a conflict. Both said the write had
 // failed when it had been done.
 //
-//   - Create: after a transient error, the object is read. There as sent (every field the
-//     create set has the value it sent; the server may have defaulted others), the create was
-//     done: obj becomes what the server holds. Not there, it is created again. There but
-//     different, someone else's: AlreadyExists, as the create would have been answered.
-//   - Update: after a conflict or a transient error, the object is read. Exactly as the update
-//     would leave it (but for the server's own metadata and the status, which an update does
-//     not write), the update was done: obj becomes what the server holds. Otherwise the
-//     update's error stands (someone else's change: the caller reads again or fails).
+//   - Create: each create names itself as its field manager, uniquely (rewind-write-<random>),
+//     unless its caller names one. After a transient error the object is read: there and made
+//     by this create (its field manager is on it; without one, or when the server records no
+//     field managers, it is exactly as sent), the create was done and obj becomes what the
+//     server holds; not there, it is created again; there but someone else's, AlreadyExists,
+//     as the create would have been answered.
+//   - Update: after a conflict or a transient error, the object is read. The same object (its
+//     UID) exactly as the update would leave it (but for the server's own metadata and the
+//     status, which an update does not write), the update was done: obj becomes what the
+//     server holds. Otherwise the update's error stands (someone else's change: the caller
+//     reads again or fails). An update whose content the server rewrites (a Secret's
+//     stringData) is never recognised: its error stands.
 //
-// An object named by generateName, a dry run, and fields the server rewrites (a Secret's
-// stringData) are not recognised: their error stands, as without the wrapper. Other calls go
-// to c untouched.
+// An object named by generateName and a dry run are not retried: their error stands, as
+// without the wrapper. Nothing is copied unless a write met an error (a Secret's key material
+// is not duplicated). Other calls go to c untouched.
 func KnowsItsWrites(c client.Client) client.Client { return writesKnown{c} }
 
 type writesKnown struct{ client.Client }
@@ -44,23 +52,43 @@ type writesKnown struct{ client.Client }
 // late. The object is read again.
 var errNotYet = errors.New("the object appeared meanwhile")
 
+// recoveryTries bounds the reads and creates again after a create's fault: each request goes
+// through the client's own retries already.
+const recoveryTries = 3
+
 func (c writesKnown) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
-	sent, ok := obj.DeepCopyObject().(client.Object)
+	co := (&client.CreateOptions{}).ApplyOptions(opts)
+	if len(co.DryRun) > 0 || obj.GetName() == "" {
+		return c.Client.Create(ctx, obj, opts...)
+	}
+	token := ""
+	if co.FieldManager == "" {
+		token = "rewind-write-" + strconv.FormatUint(rand.Uint64(), 36)
+		opts = append(slices.Clip(opts), client.FieldOwner(token))
+	}
 	err := c.Client.Create(ctx, obj, opts...)
-	if err == nil || !ok || !IsTransient(err) || sent.GetName() == "" || len((&client.CreateOptions{}).ApplyOptions(opts).DryRun) > 0 {
+	if err == nil || !IsTransient(err) {
+		return err
+	}
+	// A create that failed wrote nothing into obj: it is what was sent.
+	sent, ok := obj.DeepCopyObject().(client.Object)
+	if !ok {
 		return err
 	}
 	key := client.ObjectKeyFromObject(sent)
-	return Policy{Tries: CreateTries, Retriable: func(err error) bool { return IsTransient(err) || errors.Is(err, errNotYet) }}.Do(ctx, func() error {
+	first := err
+	return Policy{Tries: recoveryTries, Retriable: func(err error) bool { return IsTransient(err) || errors.Is(err, errNotYet) }}.Do(ctx, func() error {
 		live := emptyLike(sent)
 		switch gerr := c.Client.Get(ctx, key, live); {
 		case gerr == nil:
-			if !holds(live, sent, false) {
+			if !madeBy(live, sent, token) {
 				return apierrors.NewAlreadyExists(resourceOf(c.Client, sent), key.Name)
 			}
 			return assign(obj, live)
-		case !apierrors.IsNotFound(gerr):
+		case IsTransient(gerr):
 			return gerr
+		case !apierrors.IsNotFound(gerr):
+			return first // the read is refused: the create's own error says more
 		}
 		again := sent.DeepCopyObject().(client.Object)
 		switch cerr := c.Client.Create(ctx, again, opts...); {
@@ -73,14 +101,27 @@ func (c writesKnown) Create(ctx context.Context, obj client.Object, opts ...clie
 	})
 }
 
+// madeBy says whether live is the object a create of sent made: its field manager token is on
+// it, or, when there is no token or the server records no field managers, it is exactly sent.
+func madeBy(live, sent client.Object, token string) bool {
+	if token != "" && len(live.GetManagedFields()) > 0 {
+		return slices.ContainsFunc(live.GetManagedFields(), func(e metav1.ManagedFieldsEntry) bool { return e.Manager == token })
+	}
+	return holds(live, sent, false)
+}
+
 func (c writesKnown) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
-	sent, ok := obj.DeepCopyObject().(client.Object)
 	err := c.Client.Update(ctx, obj, opts...)
-	if err == nil || !ok || !(apierrors.IsConflict(err) || IsTransient(err)) || len((&client.UpdateOptions{}).ApplyOptions(opts).DryRun) > 0 {
+	if err == nil || !(apierrors.IsConflict(err) || IsTransient(err)) || len((&client.UpdateOptions{}).ApplyOptions(opts).DryRun) > 0 {
+		return err
+	}
+	// An update that failed wrote nothing into obj: it is what was sent.
+	sent, ok := obj.DeepCopyObject().(client.Object)
+	if !ok {
 		return err
 	}
 	live := emptyLike(sent)
-	if gerr := Retry(ctx, CreateTries, func() error { return c.Client.Get(ctx, client.ObjectKeyFromObject(sent), live) }); gerr != nil || !holds(live, sent, true) {
+	if gerr := Retry(ctx, recoveryTries, func() error { return c.Client.Get(ctx, client.ObjectKeyFromObject(sent), live) }); gerr != nil || !holds(live, sent, true) {
 		return err
 	}
 	return assign(obj, live)
@@ -119,12 +160,14 @@ func resourceOf(c client.Client, obj client.Object) schema.GroupResource {
 	return schema.GroupResource{Group: gvk.Group, Resource: gvk.Kind}
 }
 
-// serverMetadata are the fields of metadata that the server sets, not the writer.
-var serverMetadata = []string{"resourceVersion", "uid", "creationTimestamp", "generation", "managedFields", "selfLink"}
+// serverMetadata are the fields of metadata that the server sets, not the writer (the UID
+// too, but an update names the object it read by it).
+var serverMetadata = []string{"resourceVersion", "creationTimestamp", "generation", "managedFields", "selfLink"}
 
 // written is obj as its writer gives it: without its type (a typed client's objects may lack
-// it), its status (written through its own subresource) and the server's metadata.
-func written(obj client.Object) (map[string]any, bool) {
+// it), its status (written through its own subresource) and the server's metadata; without
+// its UID unless withUID.
+func written(obj client.Object, withUID bool) (map[string]any, bool) {
 	var m map[string]any
 	if u, ok := obj.(runtime.Unstructured); ok {
 		m = runtime.DeepCopyJSON(u.UnstructuredContent())
@@ -140,6 +183,9 @@ func written(obj client.Object) (map[string]any, bool) {
 	if md, ok := m["metadata"].(map[string]any); ok {
 		for _, f := range serverMetadata {
 			delete(md, f)
+		}
+		if !withUID {
+			delete(md, "uid")
 		}
 	}
 	pruned, _ := prune(m).(map[string]any)
@@ -174,47 +220,10 @@ func prune(v any) any {
 	return v
 }
 
-// holds says whether live is as sent left it: every field sent set has the value it sent
-// (the server may have defaulted others), or, when exact, live has no field more.
-func holds(live, sent client.Object, exact bool) bool {
-	l, ok1 := written(live)
-	s, ok2 := written(sent)
-	if !ok1 || !ok2 {
-		return false
-	}
-	if exact {
-		return equality.Semantic.DeepEqual(l, s)
-	}
-	return contains(l, s)
-}
-
-// contains says whether every field of want is in have with the same value; lists match
-// item by item.
-func contains(have, want any) bool {
-	switch w := want.(type) {
-	case map[string]any:
-		h, ok := have.(map[string]any)
-		if !ok {
-			return false
-		}
-		for k, v := range w {
-			hv, ok := h[k]
-			if !ok || !contains(hv, v) {
-				return false
-			}
-		}
-		return true
-	case []any:
-		h, ok := have.([]any)
-		if !ok || len(h) != len(w) {
-			return false
-		}
-		for i := range w {
-			if !contains(h[i], w[i]) {
-				return false
-			}
-		}
-		return true
-	}
-	return equality.Semantic.DeepEqual(have, want)
+// holds says whether live is exactly as sent left it, but for the server's metadata and the
+// status (and the UID when sent, a create, has none).
+func holds(live, sent client.Object, withUID bool) bool {
+	l, ok1 := written(live, withUID)
+	s, ok2 := written(sent, withUID)
+	return ok1 && ok2 && equality.Semantic.DeepEqual(l, s)
 }

@@ -65,6 +65,9 @@ type Helper struct {
 	after actions
 	// wait sleeps between tries after a conflict (tests make it instant).
 	wait func(ctx context.Context, try int) error
+	// ownWrites: a status already as this write sets it, met after a conflict, is its own
+	// (RecognizeOwnWrites).
+	ownWrites bool
 }
 
 // Option configures a Helper.
@@ -80,6 +83,15 @@ func WithReader(r client.Reader) Option {
 		}
 	}
 }
+
+// RecognizeOwnWrites takes a status found, after a conflict, already as this write sets it
+// (its fields other than conditions) for this write's own: done, its answer lost (the
+// transport sent it again and the second try met the first). It is for the only writer of an
+// object's status that read the object fresh, as `rewind snapshot take` records its snapshot;
+// not for a reconcile over a cache, whose stale copy repeating its last write would run that
+// write's after-write actions (Events, metrics) again: there it stays a conflict, and the
+// reconcile runs again from a fresh read.
+func RecognizeOwnWrites() Option { return func(h *Helper) { h.ownWrites = true } }
 
 // NewHelper returns a helper for obj as it is now (it keeps a deep copy). Make it before the
 // reconcile changes obj; write obj's status with Patch (or Done) once the reconcile changed it.
@@ -240,10 +252,10 @@ func (h *Helper) resolve(ctx context.Context, obj client.Object, gvk schema.Grou
 		}
 		rest := withoutConditions(status)
 		if restChanged {
-			// Changed since the read, and not to what this reconcile writes: another writer's.
-			// Changed to it: this reconcile's own write, whose answer was lost (the transport
-			// sent it again and the second try met the first), or another writer's same change.
-			if !equality.Semantic.DeepEqual(rest, beforeRest) && !equality.Semantic.DeepEqual(rest, afterRest) {
+			// Changed since the read: another writer's change, or, with RecognizeOwnWrites and
+			// changed to what this write sets, its own whose answer was lost.
+			own := h.ownWrites && equality.Semantic.DeepEqual(rest, afterRest)
+			if !equality.Semantic.DeepEqual(rest, beforeRest) && !own {
 				return conflictErr("another writer changed its status since it was read (%v)", conflict)
 			}
 			rest = afterRest

@@ -155,7 +155,18 @@ func (h *Hub) Take(ctx context.Context, cl *member.Cluster, r Request) (*v1alpha
 		}
 		// Sent again on a fault (a pull member's agent creates it across the WAN): a try whose
 		// answer was lost left it there.
-		if err := fault.Retry(ctx, fault.CreateTries, func() error { return h.Client.Create(ctx, snap) }); err != nil && !apierrors.IsAlreadyExists(err) {
+		err := fault.Retry(ctx, fault.CreateTries, func() error { return h.Client.Create(ctx, snap) })
+		switch {
+		case apierrors.IsAlreadyExists(err):
+			// Made by a try whose answer was lost: read, for the status write's lock (its
+			// resourceVersion), which the create that failed did not give.
+			if err := fault.Retry(ctx, fault.CreateTries, func() error { return h.Client.Get(ctx, client.ObjectKeyFromObject(snap), snap) }); err != nil {
+				return nil, fmt.Errorf("reading Snapshot %s/%s: %w", r.Namespace, r.Name, err)
+			}
+			if meta.IsStatusConditionTrue(snap.Status.Conditions, v1alpha1.ConditionReady) {
+				return snap, nil
+			}
+		case err != nil:
 			return nil, fmt.Errorf("creating Snapshot %s/%s: %w", r.Namespace, r.Name, err)
 		}
 	default:
@@ -164,7 +175,9 @@ func (h *Hub) Take(ctx context.Context, cl *member.Cluster, r Request) (*v1alpha
 	// The Snapshot's status is written once the payload is stored, with the resourceVersion
 	// read here: a label or a Verified condition written meanwhile is kept, a status another
 	// writer recorded meanwhile is not overwritten (a conflict).
-	ph := patch.NewHelper(snap, h.Client)
+	// The take is the only writer of the Snapshot's status until it is Ready: a status found
+	// as it writes it after a conflict is its own write, whose answer was lost.
+	ph := patch.NewHelper(snap, h.Client, patch.RecognizeOwnWrites())
 
 	var (
 		kek   payload.KeyWrapper

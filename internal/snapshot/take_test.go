@@ -10,7 +10,9 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/rewind-dev/rewind/api/v1alpha1"
 	"github.com/rewind-dev/rewind/internal/member"
@@ -278,5 +281,46 @@ func TestTakeReportsTheFailureThatCameFirst(t *testing.T) {
 				t.Fatalf("a failed Take must not record the snapshot as stored: %+v", snap.Status)
 			}
 		})
+	}
+}
+
+// TestTakeWhoseCreateLostItsAnswer: the Snapshot's create is done and its answer lost (the
+// client sends it again and meets AlreadyExists). The take goes on and records the snapshot
+// Ready. Before, the status write went out without the resourceVersion the lost answer would
+// have given, and failed: the step failed and was run again.
+func TestTakeWhoseCreateLostItsAnswer(t *testing.T) {
+	mysqlFixture(t)
+	c := hubClient(t)
+	ns := testenv.Namespace(t, env.Hub.RESTConfig())
+	base, err := client.NewWithWatch(env.Hub.RESTConfig(), client.Options{Scheme: testenv.HubScheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := 0
+	lossy := interceptor.NewClient(base, interceptor.Funcs{
+		Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if _, ok := obj.(*v1alpha1.Snapshot); !ok || lost > 0 {
+				return cl.Create(ctx, obj, opts...)
+			}
+			sent := obj.DeepCopyObject().(client.Object)
+			if err := cl.Create(ctx, sent, opts...); err != nil {
+				return err
+			}
+			lost++
+			return &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
+		},
+	})
+	snap, err := (&snapshot.Hub{Client: lossy}).Take(t.Context(), testenv.Member(t, env.Members[0]), snapshot.Request{
+		Name: "lost", Namespace: ns, Cluster: "member1", Reason: "test", Retention: -1, Capture: captureOpts(),
+	})
+	if lost != 1 {
+		t.Fatalf("%d answers lost, want 1: the test proves nothing", lost)
+	}
+	if err != nil {
+		t.Fatalf("a take whose create lost its answer: %v", err)
+	}
+	got := &v1alpha1.Snapshot{}
+	if err := c.Get(t.Context(), client.ObjectKeyFromObject(snap), got); err != nil || !meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.ConditionReady) {
+		t.Fatalf("Snapshot lost: %v, conditions %+v; want it Ready", err, got.Status.Conditions)
 	}
 }
