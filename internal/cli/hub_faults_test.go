@@ -39,6 +39,18 @@ func kubeconfigVia(t *testing.T, server string) string {
 	return path
 }
 
+// hubViaFaultProxy starts a fault proxy in front of the hub (no fault set) and returns the
+// path of a kubeconfig through it and its faults.
+func hubViaFaultProxy(t *testing.T) (string, *testbed.FaultInjector) {
+	t.Helper()
+	proxy, err := env.Hub.StartFaultProxy(testbed.Faults{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	return kubeconfigVia(t, proxy.Server), proxy.Faults()
+}
+
 // TestCommandsRideOutABlipOfTheHub: a person's command goes on through a blip of its way to
 // the hub (its first three requests answered 503, as by an API server restarting behind its
 // load balancer) and through a write whose answer is lost after the hub acted on it. Each
@@ -52,13 +64,7 @@ func TestCommandsRideOutABlipOfTheHub(t *testing.T) {
 	ns := testenv.Namespace(t, env.Hub.RESTConfig())
 	createIdleRollout(t, ns, "mysql")
 	createMySQLRelease(t, ns)
-	proxy, err := env.Hub.StartFaultProxy(testbed.Faults{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Close)
-	kc := kubeconfigVia(t, proxy.Server)
-	faults := proxy.Faults()
+	kc, faults := hubViaFaultProxy(t)
 
 	for _, args := range [][]string{
 		{"snapshot", "list"},
@@ -133,13 +139,7 @@ func TestCommandsWhoseWritesLoseTheirAnswers(t *testing.T) {
 	ctx := t.Context()
 	c := hubClient(t)
 	ns := testenv.Namespace(t, env.Hub.RESTConfig())
-	proxy, err := env.Hub.StartFaultProxy(testbed.Faults{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Close)
-	kc := kubeconfigVia(t, proxy.Server)
-	faults := proxy.Faults()
+	kc, faults := hubViaFaultProxy(t)
 	m := env.Members[0]
 	t.Cleanup(func() {
 		for _, name := range []string{"lost-a", "lost-b"} {
