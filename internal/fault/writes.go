@@ -78,13 +78,13 @@ func (c writesKnown) Create(ctx context.Context, obj client.Object, opts ...clie
 	key := client.ObjectKeyFromObject(sent)
 	first := err
 	return Policy{Tries: recoveryTries, Retriable: func(err error) bool { return IsTransient(err) || errors.Is(err, errNotYet) }}.Do(ctx, func() error {
-		live := emptyLike(sent)
+		live := EmptyLike(sent)
 		switch gerr := c.Client.Get(ctx, key, live); {
 		case gerr == nil:
 			if !madeBy(live, sent, token) {
 				return apierrors.NewAlreadyExists(resourceOf(c.Client, sent), key.Name)
 			}
-			return assign(obj, live)
+			return Assign(obj, live)
 		case IsTransient(gerr):
 			return gerr
 		case !apierrors.IsNotFound(gerr):
@@ -97,7 +97,7 @@ func (c writesKnown) Create(ctx context.Context, obj client.Object, opts ...clie
 		case cerr != nil:
 			return cerr
 		}
-		return assign(obj, again)
+		return Assign(obj, again)
 	})
 }
 
@@ -120,16 +120,16 @@ func (c writesKnown) Update(ctx context.Context, obj client.Object, opts ...clie
 	if !ok {
 		return err
 	}
-	live := emptyLike(sent)
+	live := EmptyLike(sent)
 	if gerr := Retry(ctx, recoveryTries, func() error { return c.Client.Get(ctx, client.ObjectKeyFromObject(sent), live) }); gerr != nil || !holds(live, sent, true) {
 		return err
 	}
-	return assign(obj, live)
+	return Assign(obj, live)
 }
 
-// emptyLike is a new empty object of obj's type (an Unstructured of its kind): a Get decodes
+// EmptyLike is a new empty object of obj's type (an Unstructured of its kind): a Get decodes
 // into it without keeping any field of obj.
-func emptyLike(obj client.Object) client.Object {
+func EmptyLike(obj client.Object) client.Object {
 	if u, ok := obj.(*unstructured.Unstructured); ok {
 		e := &unstructured.Unstructured{}
 		e.SetGroupVersionKind(u.GroupVersionKind())
@@ -138,8 +138,8 @@ func emptyLike(obj client.Object) client.Object {
 	return reflect.New(reflect.TypeOf(obj).Elem()).Interface().(client.Object)
 }
 
-// assign makes dst what src is (both of one type).
-func assign(dst, src client.Object) error {
+// Assign makes dst what src is (both pointers to objects of one type); src is not copied.
+func Assign(dst, src client.Object) error {
 	d, s := reflect.ValueOf(dst), reflect.ValueOf(src)
 	if d.Type() != s.Type() || d.Kind() != reflect.Pointer {
 		return fmt.Errorf("cannot assign %T to %T", src, dst)

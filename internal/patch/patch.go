@@ -33,7 +33,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"sync"
 	"time"
 
@@ -311,14 +310,10 @@ func backoff(ctx context.Context, try int) error {
 
 // newObject returns a new, empty object of obj's type (a decoder leaves the fields of an
 // object it decodes into that the answer does not have).
-func newObject(obj client.Object) client.Object {
-	return reflect.New(reflect.TypeOf(obj).Elem()).Interface().(client.Object)
-}
+func newObject(obj client.Object) client.Object { return fault.EmptyLike(obj) }
 
 // setObject makes dst (a pointer to a typed object) a copy of src, of the same type.
-func setObject(dst, src client.Object) {
-	reflect.ValueOf(dst).Elem().Set(reflect.ValueOf(src.DeepCopyObject()).Elem())
-}
+func setObject(dst, src client.Object) { _ = fault.Assign(dst, src.DeepCopyObject().(client.Object)) }
 
 // statusOf returns obj's status as unstructured content (nil when it has none).
 func statusOf(obj client.Object) (map[string]any, error) {
